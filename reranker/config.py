@@ -1,0 +1,46 @@
+"""`GistConfig`: everything about gisting that changes the stored K/V (and so the fingerprint)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+class GistConfig(BaseModel):
+    """Gist compression settings.
+
+    Position scheme: the item keeps its natural positions `0 … j-1`, the gists sit at `j … j+k-1`
+    and the query at `j+k …` (training layout). Online, each candidate's query is numbered from its
+    own stored `gist_start + k`, so query→gist distances are exactly the training ones (RoPE depends
+    only on differences). The scheme needs no extra setting: the item token count `j` travels with
+    the K/V.
+
+    Token-limit policy: items longer than `max_item_tokens` are truncated (counted in
+    `gistrank_items_truncated_total` and flagged on the `GistKV`), because long catalog text is
+    normal and its head carries the title and key attributes. Queries longer than
+    `max_query_tokens` are rejected with `QueryTooLongError`: silently cutting a query changes what
+    is asked.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_gist: int = Field(8, ge=1, le=256, description="k: gist tokens per item")
+    max_item_tokens: int = Field(1024, ge=1, description="item tokens kept (BOS included); longer items truncate")
+    max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
+    dtype: DType = Field("bfloat16", description="compute and K/V storage dtype")
+    query_template: str = Field(
+        "\nQuery: {query}\nRelevant:",
+        description="how the query is written after the gists; must contain {query}",
+    )
+
+    def model_post_init(self, _context: object) -> None:
+        if "{query}" not in self.query_template:
+            raise ValueError("query_template must contain '{query}'")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)

@@ -1,0 +1,96 @@
+"""Where the gist mask is built and where position ids are computed — the exactness core.
+
+Three sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl. the score token):
+
+    training / reference (`score_masked`), right-padded:
+        positions  0 … j-1 | j … j+k-1 | j+k … j+k+ℓ-1 | pad
+        tokens     item    | gists     | query + score | pad
+        mask       causal, minus the block (after-gist rows × item columns): the query and the score
+                   token see the item ONLY through the gists.
+
+    compression (`compress`), left-padded so every row's gists are its last k slots:
+        positions  pad | 0 … j-1 | j … j+k-1
+        tokens     pad | item    | gists           → keep K/V of the last k slots of every layer
+
+    online (`score`): the item is gone; its positions are simply not in the sequence:
+        cache      gist K/V (k columns per row, keys rotated at j … j+k-1 when compressed)
+        positions  j+k … j+k+ℓ-1 — a per-row offset, so every query→gist distance equals training's
+        mask       all cached gist columns visible, causal over the query
+
+Masks are additive floats (0 keep / dtype-min drop): transformers uses a 4D mask as given, and eager
+attention *adds* it, so a boolean mask would be silently wrong there (DESIGN §7).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Bool `(N, S_q, S_k)` → additive `(N, 1, S_q, S_k)` mask in `dtype`."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.unsqueeze(1)
+
+
+def _causal(seq_len: int, device: torch.device) -> torch.Tensor:
+    idx = torch.arange(seq_len, device=device)
+    return idx[None, :] <= idx[:, None]  # (S_q, S_k)
+
+
+def training_mask(item_lens: torch.Tensor, num_gist: int, seq_lens: torch.Tensor, total: int) -> torch.Tensor:
+    """Gist mask of the right-padded training layout → bool `(N, total, total)`.
+
+    item_lens: (N,) j per row; seq_lens: (N,) real length per row (j + k + ℓ); total: padded length.
+    """
+    device = item_lens.device
+    pos = torch.arange(total, device=device)
+    causal = _causal(total, device)[None]  # (1, S, S)
+    key_real = pos[None, None, :] < seq_lens[:, None, None]  # (N, 1, S)
+    after_gists = pos[None, :, None] >= (item_lens + num_gist)[:, None, None]  # (N, S, 1) rows
+    item_cols = pos[None, None, :] < item_lens[:, None, None]  # (N, 1, S) columns
+    allowed = causal & key_real & ~(after_gists & item_cols)
+    # Padding rows have no real key after the cut only in degenerate cases; let every row see itself
+    # so no softmax row is empty (their outputs are never read).
+    return allowed | torch.eye(total, dtype=torch.bool, device=device)[None]
+
+
+def full_mask(seq_lens: torch.Tensor, total: int) -> torch.Tensor:
+    """Plain causal + padding mask of a right-padded batch → bool `(N, total, total)`."""
+    device = seq_lens.device
+    pos = torch.arange(total, device=device)
+    key_real = pos[None, None, :] < seq_lens[:, None, None]
+    allowed = _causal(total, device)[None] & key_real
+    return allowed | torch.eye(total, dtype=torch.bool, device=device)[None]
+
+
+def left_padded(seq_lens: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions and mask of a left-padded batch (compression layout).
+
+    Returns position_ids `(N, total)` — each row numbered from 0 at its first real token — and a bool
+    mask `(N, total, total)`: causal over real tokens.
+    """
+    device = seq_lens.device
+    pad = (total - seq_lens)[:, None]  # (N, 1)
+    pos = torch.arange(total, device=device)[None, :] - pad  # (N, S); negative on padding
+    key_real = (pos >= 0)[:, None, :]  # (N, 1, S)
+    allowed = _causal(total, device)[None] & key_real
+    allowed = allowed | torch.eye(total, dtype=torch.bool, device=device)[None]
+    return pos.clamp(min=0), allowed
+
+
+def online_positions(gist_start: torch.Tensor, num_gist: int, query_len: int) -> torch.Tensor:
+    """Position ids of the query (+ score token) for each candidate → `(N, ℓ)`.
+
+    gist_start: (N,) = item token count j of each candidate. The query follows the gists exactly as
+    in training, so it starts at j + k; numbering it from 0 (or from the cache length k) would change
+    every query→gist RoPE distance and silently degrade scores.
+    """
+    return gist_start[:, None] + num_gist + torch.arange(query_len, device=gist_start.device)[None, :]
+
+
+def online_mask(n: int, cache_len: int, query_len: int, device: torch.device) -> torch.Tensor:
+    """Mask of the query against injected K/V → bool `(N, ℓ, cache_len + ℓ)`: all gists, causal query."""
+    gists = torch.ones(query_len, cache_len, dtype=torch.bool, device=device)
+    allowed = torch.cat([gists, _causal(query_len, device)], dim=1)
+    return allowed[None].expand(n, -1, -1)

@@ -1,0 +1,333 @@
+"""GistReranker: a decoder-only RoPE LM (Llama, Qwen2, …) turned into a gist-compressed cross-encoder.
+
+Parameters added to the base LM (all in `gist.safetensors` of a checkpoint):
+    gist_embeddings  (k, D)  k distinct learned inputs appended after the item
+    score_embedding  (1, D)  the final token whose last hidden state is scored
+    head             D → 1   relevance logit
+
+Three forwards share those parameters (sequence layouts in `layout.py`):
+    compress(items)            item + gists, keep per-layer gist K/V           → list[GistKV]
+    score(query, kvs)          query + score token against injected gist K/V   → (N,) online path
+    score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
+    score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
+
+`score(q, compress(items)) == score_masked(q, items)` (fp32, ≤ 1e-4 relative) is the core's
+acceptance test: tests/test_equivalence.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
+
+from monitoring.metrics import ITEMS_TRUNCATED
+from reranker import layout
+from reranker.base_models import DEFAULT_BASE, resolve_base
+from reranker.config import GistConfig
+from reranker.errors import (
+    EmptyInputError,
+    FingerprintMismatchError,
+    KVFormatError,
+    QueryTooLongError,
+)
+from reranker.kv import GistKV
+
+CHECKPOINT_FILE = "gistrank.json"
+GIST_WEIGHTS_FILE = "gist.safetensors"
+CHECKPOINT_FORMAT = 1
+_INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class GistReranker(nn.Module):
+    def __init__(
+        self,
+        lm: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        gist: GistConfig,
+        base_ref: str,
+    ) -> None:
+        super().__init__()
+        self.lm = lm
+        self.tokenizer = tokenizer
+        self.gist = gist
+        self.base_ref = base_ref  # how save_pretrained refers to the base when it does not store it
+        cfg = lm.config
+        self.num_layers: int = cfg.num_hidden_layers
+        self.num_kv_heads: int = cfg.num_key_value_heads
+        self.head_dim: int = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        hidden = cfg.hidden_size
+        longest = gist.max_item_tokens + gist.num_gist + gist.max_query_tokens + 1
+        if longest > cfg.max_position_embeddings:
+            raise ValueError(
+                f"max_item_tokens + num_gist + max_query_tokens + 1 = {longest} exceeds the base model's "
+                f"max_position_embeddings={cfg.max_position_embeddings}"
+            )
+
+        emb = lm.get_input_embeddings().weight.detach().float()
+        g = torch.Generator().manual_seed(_INIT_SEED)
+        mean, std = emb.mean(0), emb.std(0)
+        # Mean embedding plus a small distinct offset per gist: starts on-distribution, yet the gists
+        # are distinguishable before any training.
+        noise = torch.randn(gist.num_gist + 1, hidden, generator=g) * (0.1 * std)
+        init = (mean + noise).to(device=lm.device, dtype=gist.torch_dtype)
+        self.gist_embeddings = nn.Parameter(init[: gist.num_gist].clone())  # (k, D)
+        self.score_embedding = nn.Parameter(init[gist.num_gist :].clone())  # (1, D)
+        self.head = nn.Linear(hidden, 1, device=lm.device, dtype=gist.torch_dtype)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.randn(1, hidden, generator=g) / hidden**0.5)
+            self.head.bias.zero_()
+        self._fingerprint: tuple[int, str] | None = None
+
+    # ----------------------------------------------------------------------------------- loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        base: str | Path = DEFAULT_BASE,
+        gist: GistConfig | None = None,
+        device: str | torch.device | None = None,
+    ) -> GistReranker:
+        """Wrap a base LM (alias, local HF folder or Hub id) or load a GistRank checkpoint folder.
+
+        For a checkpoint, `gist` may be omitted; if given it must equal the saved config.
+        """
+        device = torch.device(device) if device is not None else _default_device()
+        ckpt = Path(base) / CHECKPOINT_FILE
+        if ckpt.is_file():
+            meta = json.loads(ckpt.read_text())
+            if meta.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"{ckpt}: unsupported checkpoint format {meta.get('format')!r}")
+            saved = GistConfig(**meta["gist"])
+            if gist is not None and gist != saved:
+                raise ValueError(f"{base} was trained with {saved}, not {gist}")
+            base_ref = meta["base"]
+            base_dir = Path(base) / "base" if meta.get("base_stored") else base_ref
+            model = cls._wrap(base_dir, base_ref, saved, device)
+            state = load_file(Path(base) / GIST_WEIGHTS_FILE, device=str(device))
+            model._load_gist_state(state)
+            return model
+        return cls._wrap(base, str(base), gist or GistConfig(), device)
+
+    @classmethod
+    def _wrap(cls, base: str | Path, base_ref: str, gist: GistConfig, device: torch.device) -> GistReranker:
+        path = resolve_base(base)
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=gist.torch_dtype).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return cls(lm, tokenizer, gist, base_ref)
+
+    def save_pretrained(self, directory: str | Path, store_base: bool = False) -> Path:
+        """Write `gistrank.json` + `gist.safetensors` (+ `base/` when `store_base`, e.g. after full
+        fine-tuning). Without `store_base` the checkpoint refers to the base by `base_ref`; the
+        fingerprint still covers the base weights, so a different base behind that reference is caught."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {name: t.detach().contiguous().cpu() for name, t in self._gist_state().items()}
+        save_file(state, directory / GIST_WEIGHTS_FILE, metadata={"fingerprint": self.fingerprint})
+        if store_base:
+            self.lm.save_pretrained(directory / "base")
+            self.tokenizer.save_pretrained(directory / "base")
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "base": self.base_ref,
+            "base_stored": store_base,
+            "gist": self.gist.model_dump(),
+            "fingerprint": self.fingerprint,
+        }
+        (directory / CHECKPOINT_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        return directory
+
+    def _gist_state(self) -> dict[str, torch.Tensor]:
+        return {
+            "gist_embeddings": self.gist_embeddings,
+            "score_embedding": self.score_embedding,
+            "head.weight": self.head.weight,
+            "head.bias": self.head.bias,
+        }
+
+    def _load_gist_state(self, state: dict[str, torch.Tensor]) -> None:
+        own = self._gist_state()
+        if set(state) != set(own):
+            raise ValueError(f"gist weights have tensors {sorted(state)}, expected {sorted(own)}")
+        with torch.no_grad():
+            for name, param in own.items():
+                if state[name].shape != param.shape:
+                    raise ValueError(f"gist weight {name}: shape {tuple(state[name].shape)} != {param.shape}")
+                param.copy_(state[name])
+
+    # ------------------------------------------------------------------------------- fingerprint
+    @property
+    def fingerprint(self) -> str:
+        """blake2b over base weights, gist embeddings, head and gist config.
+
+        Recomputed whenever any parameter was modified in place (optimizer steps bump tensor
+        versions), so K/V compressed before a training step can never pass as current.
+        """
+        params = list(self.parameters())
+        version = sum(p._version for p in params)
+        if self._fingerprint is None or self._fingerprint[0] != version:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(self.gist.model_dump_json().encode())
+            seen: set[int] = set()
+            for name, t in sorted(self.state_dict(keep_vars=True).items()):
+                if t.data_ptr() in seen:  # tied weights (embeddings / lm_head) hash once
+                    continue
+                seen.add(t.data_ptr())
+                h.update(name.encode())
+                h.update(str(t.dtype).encode())
+                h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+            self._fingerprint = (version, h.hexdigest())
+        return self._fingerprint[1]
+
+    # ------------------------------------------------------------------------------ tokenization
+    @property
+    def device(self) -> torch.device:
+        return self.gist_embeddings.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.gist_embeddings.dtype
+
+    def _item_ids(self, items: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+        """Token ids of each item (BOS first when the tokenizer has one), truncated to max_item_tokens."""
+        if not items:
+            raise EmptyInputError("no items given")
+        for i, text in enumerate(items):
+            if not isinstance(text, str) or not text.strip():
+                raise EmptyInputError(f"item {i} has no text")
+        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
+        encoded = self.tokenizer(list(items), add_special_tokens=False)["input_ids"]
+        limit = self.gist.max_item_tokens
+        ids = [(bos + e)[:limit] for e in encoded]
+        truncated = [len(bos) + len(e) > limit for e in encoded]
+        return ids, truncated
+
+    def query_ids(self, query: str) -> list[int]:
+        """Token ids of the templated query; raises on empty or over-long queries (never truncates)."""
+        if not isinstance(query, str) or not query.strip():
+            raise EmptyInputError("query is empty")
+        text = self.gist.query_template.format(query=query)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > self.gist.max_query_tokens:
+            raise QueryTooLongError(len(ids), self.gist.max_query_tokens)
+        return ids
+
+    def _embed(self, ids: list[int]) -> torch.Tensor:
+        return self.lm.get_input_embeddings()(torch.tensor(ids, dtype=torch.long, device=self.device))
+
+    # ------------------------------------------------------------------------------- the forwards
+    def _decoder(self) -> nn.Module:
+        return self.lm.get_decoder()
+
+    def _score_rows(self, rows: list[torch.Tensor], mask_fn) -> torch.Tensor:
+        """Right-pad rows of embeddings, run the decoder under `mask_fn(seq_lens, total)`, score the last
+        real token of every row → (N,) float32 logits."""
+        seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
+        total = int(seq_lens.max())
+        embeds = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # (N, S, D); pad never attended
+        positions = torch.arange(total, device=self.device).expand(len(rows), -1)
+        mask = layout.additive(mask_fn(seq_lens, total), self.dtype)
+        hidden = self._decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask)
+        last = hidden.last_hidden_state[torch.arange(len(rows), device=self.device), seq_lens - 1]  # (N, D)
+        return self.head(last).squeeze(-1).float()
+
+    def score_masked(self, query: str, items: Sequence[str]) -> torch.Tensor:
+        """Training-layout reference: item + gists + query + score token under the gist mask → (N,)."""
+        q = torch.cat([self._embed(self.query_ids(query)), self.score_embedding])  # (ℓ, D)
+        item_ids, _ = self._item_ids(items)
+        rows = [torch.cat([self._embed(ids), self.gist_embeddings, q]) for ids in item_ids]
+        item_lens = torch.tensor([len(ids) for ids in item_ids], device=self.device)
+        k = self.gist.num_gist
+        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+            return self._score_rows(rows, lambda lens, total: layout.training_mask(item_lens, k, lens, total))
+
+    def score_full(self, query: str, items: Sequence[str]) -> torch.Tensor:
+        """Full-context cross-encoder (no gists): item + query + score token, plain causal → (N,)."""
+        q = torch.cat([self._embed(self.query_ids(query)), self.score_embedding])
+        item_ids, _ = self._item_ids(items)
+        rows = [torch.cat([self._embed(ids), q]) for ids in item_ids]
+        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+            return self._score_rows(rows, layout.full_mask)
+
+    @torch.inference_mode()
+    def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
+        """Compress items into per-layer gist K/V, `batch_size` items per forward (sorted by length so
+        a batch pads little)."""
+        item_ids, truncated = self._item_ids(items)
+        ITEMS_TRUNCATED.inc(sum(truncated))
+        order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
+        out: list[GistKV | None] = [None] * len(item_ids)
+        k = self.gist.num_gist
+        fingerprint = self.fingerprint
+        batches = range(0, len(order), batch_size)
+        for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
+            idx = order[start : start + batch_size]
+            rows = [torch.cat([self._embed(item_ids[i]), self.gist_embeddings]) for i in idx]
+            seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
+            total = int(seq_lens.max())
+            embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
+            positions, allowed = layout.left_padded(seq_lens, total)
+            result = self._decoder()(
+                inputs_embeds=embeds,
+                position_ids=positions,
+                attention_mask=layout.additive(allowed, self.dtype),
+                use_cache=True,
+            )
+            layers = result.cache.layers
+            # every layer's K/V: (B, H_kv, S, h); the gists are the last k slots of every row
+            kv = torch.stack([torch.stack([lay.keys[:, :, -k:], lay.values[:, :, -k:]]) for lay in layers])
+            kv = kv.permute(2, 0, 1, 3, 4, 5)  # (B, L, 2, H_kv, k, h)
+            for row, i in enumerate(idx):
+                out[i] = GistKV(
+                    kv=kv[row].clone(),
+                    fingerprint=fingerprint,
+                    item_tokens=len(item_ids[i]),
+                    truncated=truncated[i],
+                )
+        return out  # type: ignore[return-value]
+
+    def check_kv(self, kvs: Sequence[GistKV]) -> None:
+        """Refuse K/V that this model did not produce or that does not fit its shape, dtype or limits."""
+        if not kvs:
+            raise EmptyInputError("no candidates given")
+        expected = (self.num_layers, 2, self.num_kv_heads, self.gist.num_gist, self.head_dim)
+        fingerprint = self.fingerprint
+        for i, x in enumerate(kvs):
+            if x.fingerprint != fingerprint:
+                raise FingerprintMismatchError(fingerprint, x.fingerprint, index=i)
+            if tuple(x.kv.shape) != expected:
+                raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
+            if x.kv.dtype != self.dtype:
+                raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.dtype}")
+            if not 1 <= x.item_tokens <= self.gist.max_item_tokens:
+                raise KVFormatError(
+                    f"candidate {i}: item_tokens={x.item_tokens} outside 1..{self.gist.max_item_tokens}"
+                )
+
+    @torch.inference_mode()
+    def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor:
+        """Online path: ONE forward of the query (+ score token) for all N candidates against their
+        injected gist K/V → (N,) float32 logits. No item token and no placeholder is in the sequence."""
+        self.check_kv(kvs)
+        n, k = len(kvs), self.gist.num_gist
+        q = torch.cat([self._embed(self.query_ids(query)), self.score_embedding])  # (ℓ, D)
+        embeds = q[None].expand(n, -1, -1)  # (N, ℓ, D)
+        stacked = torch.stack([x.kv for x in kvs]).to(self.device)  # (N, L, 2, H_kv, k, h)
+        cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
+        gist_start = torch.tensor([x.gist_start for x in kvs], device=self.device)  # (N,)
+        positions = layout.online_positions(gist_start, k, q.shape[0])  # (N, ℓ)
+        mask = layout.additive(layout.online_mask(n, k, q.shape[0], self.device), self.dtype)
+        result = self._decoder()(
+            inputs_embeds=embeds, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
+        )
+        return self.head(result.last_hidden_state[:, -1]).squeeze(-1).float()
