@@ -29,7 +29,9 @@ class GistConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_gist: int = Field(8, ge=1, le=256, description="k: gist tokens per item")
-    max_item_tokens: int = Field(1024, ge=1, description="item tokens kept (BOS included); longer items truncate")
+    max_item_tokens: int = Field(
+        1024, ge=1, description="item tokens kept (BOS included); longer items truncate"
+    )
     max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
     dtype: DType = Field("bfloat16", description="compute and K/V storage dtype")
     query_template: str = Field(

@@ -124,7 +124,7 @@ class GistReranker(nn.Module):
         path = resolve_base(base)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=gist.torch_dtype).to(device).eval()
         tokenizer = AutoTokenizer.from_pretrained(path)
-        return cls(lm, tokenizer, gist, base_ref)
+        return cls(lm, tokenizer, gist, base_ref).eval()
 
     def save_pretrained(self, directory: str | Path, store_base: bool = False) -> Path:
         """Write `gistrank.json` + `gist.safetensors` (+ `base/` when `store_base`, e.g. after full

@@ -1,0 +1,126 @@
+"""Online speed-up benchmark: `score` (query vs injected gist K/V) against `score_full` (item + query).
+
+Per candidate the full cross-encoder runs j + ℓ positions and the gist path ℓ, so the ideal speed-up is
+(j + ℓ)/ℓ (DESIGN §3). Both paths score the same N candidates with one batched forward; the gist
+K/V is compressed beforehand (offline work, not timed here).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from tqdm.auto import tqdm
+
+from reranker.config import GistConfig
+from reranker.model import GistReranker
+
+FILLER = (
+    "Stainless steel body, 1.7 litre capacity, 2200 W heating element, auto shut-off, boil-dry protection, "
+    "360 degree base, limescale filter, model KT-1700-SS, year 2023, warranty 2 years. "
+)
+
+
+def _text_of_tokens(model: GistReranker, n: int, salt: int) -> str:
+    """Item text of about n tokens with BOS (decoded from n - 1 ids; BPE may re-merge one or two)."""
+    text = f"Item {salt}. " + FILLER * (n // 8)
+    ids = model.tokenizer(text, add_special_tokens=False)["input_ids"][: n - 1]
+    return model.tokenizer.decode(ids)
+
+
+def _query_of_tokens(model: GistReranker, n_online: int) -> str:
+    """A query whose templated ids + score token are n_online tokens (± one where BPE merges differ)."""
+    words = [
+        "stainless",
+        "steel",
+        "kettle",
+        "1.7",
+        "litre",
+        "2200",
+        "W",
+        "auto",
+        "shut-off",
+        "2023",
+        "model",
+        "KT-1700-SS",
+        "warranty",
+    ]
+    query = words[0]
+    i = 1
+    while len(model.query_ids(query)) + 1 < n_online:
+        query += " " + words[i % len(words)]
+        i += 1
+    return query
+
+
+def _rate(fn, n: int, repeats: int, warmup: bool = True) -> float:
+    """Candidates per second of fn() over `repeats` timed runs (after one untimed run if `warmup`)."""
+    if warmup:
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return n * repeats / (time.perf_counter() - start)
+
+
+def run_score_bench(
+    base: str,
+    candidates: int,
+    query_tokens: int,
+    item_tokens: list[int],
+    num_gist: int,
+    dtype: str,
+    repeats: int,
+    out: Path,
+) -> list[dict]:
+    console = Console()
+    gist = GistConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=max(item_tokens))
+    model = GistReranker.from_pretrained(base, gist)
+    query = _query_of_tokens(model, query_tokens)
+    ell = len(model.query_ids(query)) + 1
+    rows = []
+    for j in tqdm(item_tokens, desc="item length", unit="j"):
+        items = [_text_of_tokens(model, j, salt) for salt in range(candidates)]
+        kvs = model.compress(items, progress=True)
+        mean_j = sum(kv.item_tokens for kv in kvs) / len(kvs)
+        gist_rate = _rate(lambda kvs=kvs: model.score(query, kvs), candidates, repeats)
+        with torch.inference_mode():
+            full_rate = _rate(lambda items=items: model.score_full(query, items), candidates, 1, warmup=False)
+        ideal = (mean_j + ell) / ell
+        rows.append(
+            {
+                "item_tokens": j,
+                "mean_item_tokens": mean_j,
+                "online_tokens": ell,
+                "candidates": candidates,
+                "gist_candidates_per_s": gist_rate,
+                "full_candidates_per_s": full_rate,
+                "speedup": gist_rate / full_rate,
+                "ideal_speedup": ideal,
+                "fraction_of_ideal": gist_rate / full_rate / ideal,
+            }
+        )
+    table = Table(
+        title=f"score vs score_full — N={candidates}, ℓ={ell}, k={num_gist}, {dtype}, {model.device}"
+    )
+    for col in ("j", "gist cand/s", "full cand/s", "speed-up", "ideal (j+ℓ)/ℓ", "of ideal"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["item_tokens"]),
+            f"{r['gist_candidates_per_s']:.1f}",
+            f"{r['full_candidates_per_s']:.2f}",
+            f"{r['speedup']:.1f}x",
+            f"{r['ideal_speedup']:.1f}x",
+            f"{r['fraction_of_ideal']:.2f}",
+        )
+    console.print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    console.print(f"wrote {out}")
+    return rows

@@ -1,0 +1,82 @@
+"""`gistrank demo` (core part): compress the sample catalog, rank the sample queries both ways."""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib.resources import files
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from reranker.config import GistConfig
+from reranker.model import CHECKPOINT_FILE, GistReranker
+from reranker.render import render_item
+
+
+def sample_catalog() -> list[dict]:
+    """The bundled sample catalog: dicts with item_id, title, attributes, description."""
+    text = files("reranker").joinpath("data/sample_catalog.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def sample_queries() -> list[str]:
+    text = files("reranker").joinpath("data/sample_queries.txt").read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _ranking(ids: list[str], scores: torch.Tensor, top: int) -> list[str]:
+    order = torch.argsort(scores, descending=True)[:top].tolist()
+    return [f"{ids[i]} ({scores[i]:+.2f})" for i in order]
+
+
+def run_core_demo(base: str, num_gist: int = 8, dtype: str = "bfloat16", top: int = 5) -> None:
+    console = Console()
+    start = time.perf_counter()
+    model = GistReranker.from_pretrained(base, GistConfig(num_gist=num_gist, dtype=dtype))
+    console.print(
+        f"loaded [bold]{base}[/] on {model.device} in {time.perf_counter() - start:.1f}s — "
+        f"{model.num_layers} layers, {model.num_kv_heads} KV heads × {model.head_dim}, k={num_gist}, "
+        f"{dtype}, fingerprint {model.fingerprint}"
+    )
+    catalog = sample_catalog()
+    ids = [item["item_id"] for item in catalog]
+    texts = [render_item(item["title"], item["attributes"], item["description"]) for item in catalog]
+
+    start = time.perf_counter()
+    kvs = model.compress(texts, progress=True)
+    compress_s = time.perf_counter() - start
+    item_tokens = [kv.item_tokens for kv in kvs]
+    console.print(
+        f"compressed {len(kvs)} items ({min(item_tokens)}–{max(item_tokens)} tokens) in {compress_s:.1f}s → "
+        f"{kvs[0].nbytes / 1024:.0f} KiB of gist K/V per item instead of "
+        f"{sum(item_tokens) / len(kvs) * kvs[0].nbytes / num_gist / 1024:.0f} KiB for the item's own K/V"
+    )
+    gist_total = full_total = 0.0
+    for query in sample_queries():
+        start = time.perf_counter()
+        gist_scores = model.score(query, kvs)
+        gist_s = time.perf_counter() - start
+        start = time.perf_counter()
+        with torch.inference_mode():
+            full_scores = model.score_full(query, texts)
+        full_s = time.perf_counter() - start
+        gist_total, full_total = gist_total + gist_s, full_total + full_s
+        table = Table(title=f"query: {query!r}", title_justify="left")
+        table.add_column(f"gist K/V score() — {gist_s * 1000:.0f} ms")
+        table.add_column(f"full-context score_full() — {full_s * 1000:.0f} ms")
+        for g, f in zip(_ranking(ids, gist_scores, top), _ranking(ids, full_scores, top), strict=True):
+            table.add_row(g, f)
+        console.print(table)
+    console.print(
+        f"online time for {len(ids)} candidates × {len(sample_queries())} queries: gist {gist_total:.2f}s, "
+        f"full {full_total:.2f}s ({full_total / gist_total:.1f}× faster)."
+    )
+    if (Path(base) / CHECKPOINT_FILE).is_file():
+        return
+    console.print(
+        "[yellow]The head and gists of a freshly wrapped base are untrained: rankings above show the "
+        "mechanics and timings, not relevance. Pass a trained checkpoint with --base for that.[/]"
+    )

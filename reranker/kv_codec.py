@@ -1,0 +1,372 @@
+"""K/V blob codec: one `GistKV` ⇄ bytes for the feature store, with every byte checked on the way back.
+
+Byte layout (all integers little-endian)::
+
+    offset  size  field
+    0       4     magic  b"GRKV"
+    4       2     frame version (u16) = FORMAT_VERSION
+    6       8     payload length P (u64)
+    14      16    blake2b-128 digest of bytes 0..13 followed by the payload
+    30      P     payload: a safetensors buffer (`safetensors.torch.save`)
+
+Why a frame around safetensors: safetensors has no checksum, and its metadata cannot hold a digest of
+the buffer that contains it. The frame comes first so that decoding can, before parsing anything it
+does not trust, tell a cut-off blob (length short of P → `TruncatedBlobError`) from a damaged one
+(digest mismatch, bad magic, trailing bytes → `CorruptBlobError`). The digest covers the frame fields
+as well as the payload, so a flipped byte anywhere is caught before a tensor is built (one in the magic,
+version or length field may surface as bad magic, `UnsupportedVersionError` or a length mismatch
+instead, since those are read first — still a `KVBlobError`, never a tensor). The digest is
+for corruption, not for adversaries: it is unkeyed, and a blob with a valid digest still goes through
+every structural check below.
+
+Payload metadata (safetensors string metadata; every key required, no others allowed)::
+
+    format="gistrank-kv"  version  fingerprint  content_hash
+    num_layers  num_kv_heads  num_gist  head_dim           (L, H_kv, k, h: must match the tensors)
+    item_tokens  gist_start  truncated                      (position data; gist_start == item_tokens)
+    storage_dtype  source_dtype                             (how it is stored / what it was encoded from)
+
+Payload tensors:
+
+* float32 / float16 / bfloat16: ``kv`` (L, 2, H_kv, k, h) in that dtype — the K/V cast once, so decoding
+  gives back exactly `kv.to(storage_dtype)`.
+* int8: ``kv`` int8 (L, 2, H_kv, k, h) in [-127, 127] with float32 scales ``k_scale`` (L, H_kv, 1, h) and
+  ``v_scale`` (L, H_kv, k, 1). Symmetric absmax quantisation: x̂ = q·s with s = max|x| / 127 over the
+  group. Keys are grouped per channel (over the k gist positions) because RoPE-rotated keys carry a few
+  outlier channels that would swamp a per-token scale; values have no such channels and are grouped
+  per token (over the h channels), which needs k/h as many scales (KIVI, Liu et al. 2024). Error
+  bound: |x̂ − x| ≤ s/2 = max|x_group| / 254 ≤ max|x| / 254 (plus float32 rounding), before the cast to
+  the decode dtype. Size: L·H_kv·(2·k·h + 4·h + 4·k) bytes, about 0.64× fp16 at k=8, h=64.
+
+Decoding returns the tensor in `dtype` when given, else in `source_dtype` — the dtype of the K/V that
+was encoded, i.e. the producing model's compute dtype, so a decoded blob passes `GistReranker.check_kv`
+of the model that wrote it whatever the storage dtype was.
+
+Every failure is a `KVBlobError` subclass; exceptions from safetensors, json or int parsing never escape.
+No pickle anywhere: tensors go through safetensors, metadata through json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load, save
+
+from reranker.errors import FingerprintMismatchError, GistRankError
+from reranker.kv import GistKV
+
+MAGIC = b"GRKV"
+FORMAT_VERSION = 1
+FORMAT_NAME = "gistrank-kv"
+_PREFIX = struct.Struct("<4sHQ")  # magic, frame version, payload length
+_DIGEST_SIZE = 16
+HEADER_SIZE = _PREFIX.size + _DIGEST_SIZE  # 30
+
+_FLOAT_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+STORAGE_DTYPES = (*_FLOAT_DTYPES, "int8")
+_ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int8": "I8"}  # safetensors' names
+_INT8_MAX = 127  # symmetric: -128 is never produced, so q and -q are both representable
+_META_KEYS = frozenset(
+    {
+        "format",
+        "version",
+        "fingerprint",
+        "content_hash",
+        "num_layers",
+        "num_kv_heads",
+        "num_gist",
+        "head_dim",
+        "item_tokens",
+        "gist_start",
+        "truncated",
+        "storage_dtype",
+        "source_dtype",
+    }
+)
+_UINT = re.compile(r"0|[1-9][0-9]{0,17}")  # ASCII only: int() would also take "+1", " 1", "1_0", "١"
+
+
+class KVBlobError(GistRankError):
+    """A stored K/V blob that cannot be used. Callers treat it as a cache miss and recompute."""
+
+
+class CorruptBlobError(KVBlobError):
+    """The bytes were damaged or are not a GistRank K/V blob (bad magic, checksum, trailing bytes)."""
+
+
+class TruncatedBlobError(KVBlobError):
+    """The blob is shorter than its frame says it is."""
+
+    def __init__(self, got: int, needed: int) -> None:
+        super().__init__(f"K/V blob truncated: {got} bytes, needs {needed}")
+        self.got = got
+        self.needed = needed
+
+
+class UnsupportedVersionError(KVBlobError):
+    """A blob written by another version of this codec."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"K/V blob format version {version}; this codec reads version {FORMAT_VERSION}")
+        self.version = version
+
+
+class ForeignFingerprintError(KVBlobError, FingerprintMismatchError):
+    """An intact blob produced by other model weights or another gist config.
+
+    Also a `FingerprintMismatchError`, so code that treats any fingerprint mismatch as a cache miss
+    catches it without knowing about blobs."""
+
+
+class BlobMetadataError(KVBlobError):
+    """A blob with a valid checksum whose payload, metadata or tensors are malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class DecodedKV:
+    kv: GistKV
+    content_hash: str  # hash of the item content the K/V was compressed from (idempotent writes)
+    storage_dtype: str  # one of STORAGE_DTYPES: how the blob stored the tensor
+
+
+def kv_nbytes_formula(
+    num_layers: int, num_gist: int, num_kv_heads: int, head_dim: int, bytes_per_elem: int | float
+) -> int:
+    """Bytes of one item's gist K/V: 2·L·k·H_kv·h·b (DESIGN §4)."""
+    return int(2 * num_layers * num_gist * num_kv_heads * head_dim * bytes_per_elem)
+
+
+def _digest(prefix: bytes, payload: bytes) -> bytes:
+    h = hashlib.blake2b(prefix, digest_size=_DIGEST_SIZE)
+    h.update(payload)
+    return h.digest()
+
+
+def _dtype_name(dtype: torch.dtype) -> str | None:
+    return next((name for name, d in _FLOAT_DTYPES.items() if d == dtype), None)
+
+
+# ---------------------------------------------------------------------------------------------- encode
+def _quantize_int8(kv: torch.Tensor) -> dict[str, torch.Tensor]:
+    x = kv.float()
+    k_abs = x[:, 0].abs().amax(dim=2, keepdim=True)  # (L, H_kv, 1, h): per channel over the gists
+    v_abs = x[:, 1].abs().amax(dim=3, keepdim=True)  # (L, H_kv, k, 1): per gist over the channels
+    # An all-zero group gets scale 1 (its q is 0 anyway) so that decode can insist on positive scales.
+    k_scale = torch.where(k_abs > 0, k_abs / _INT8_MAX, torch.ones_like(k_abs))
+    v_scale = torch.where(v_abs > 0, v_abs / _INT8_MAX, torch.ones_like(v_abs))
+    scale = torch.stack([k_scale.expand_as(x[:, 0]), v_scale.expand_as(x[:, 1])], dim=1)
+    q = torch.round(x / scale).clamp_(-_INT8_MAX, _INT8_MAX).to(torch.int8)
+    return {"kv": q.contiguous(), "k_scale": k_scale.contiguous(), "v_scale": v_scale.contiguous()}
+
+
+def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> bytes:
+    """Serialise `kv` (stored as `storage_dtype`, default its own dtype) into a checksummed blob.
+
+    Raises `ValueError` for an unknown storage dtype, an empty fingerprint or content hash, a tensor
+    that is not (L, 2, H_kv, k, h) float, or values that are not finite in the storage dtype (NaN/inf
+    K/V would poison every score silently, so it is refused here rather than stored).
+    """
+    source = _dtype_name(kv.kv.dtype)
+    if source is None:
+        raise ValueError(f"K/V dtype {kv.kv.dtype} is not one of {list(_FLOAT_DTYPES)}")
+    storage = storage_dtype or source
+    if storage not in STORAGE_DTYPES:
+        raise ValueError(f"storage_dtype {storage!r} is not one of {list(STORAGE_DTYPES)}")
+    shape = tuple(kv.kv.shape)
+    if len(shape) != 5 or shape[1] != 2 or min(shape) < 1:
+        raise ValueError(f"K/V shape {shape} is not (L, 2, H_kv, k, h)")
+    if not kv.fingerprint or not content_hash:
+        raise ValueError("fingerprint and content_hash must be non-empty")
+    if kv.item_tokens < 0:
+        raise ValueError(f"item_tokens={kv.item_tokens} is negative")
+
+    tensor = kv.kv.detach().cpu()
+    if storage == "int8":
+        if not torch.isfinite(tensor).all():
+            raise ValueError("K/V has non-finite values")
+        tensors = _quantize_int8(tensor)
+    else:
+        cast = tensor.to(_FLOAT_DTYPES[storage]).contiguous()
+        if not torch.isfinite(cast).all():
+            raise ValueError(f"K/V has values that are not finite in {storage}")
+        tensors = {"kv": cast}
+
+    num_layers, _, num_kv_heads, num_gist, head_dim = shape
+    metadata = {
+        "format": FORMAT_NAME,
+        "version": str(FORMAT_VERSION),
+        "fingerprint": kv.fingerprint,
+        "content_hash": content_hash,
+        "num_layers": str(num_layers),
+        "num_kv_heads": str(num_kv_heads),
+        "num_gist": str(num_gist),
+        "head_dim": str(head_dim),
+        "item_tokens": str(kv.item_tokens),
+        "gist_start": str(kv.gist_start),
+        "truncated": "true" if kv.truncated else "false",
+        "storage_dtype": storage,
+        "source_dtype": source,
+    }
+    payload = save(tensors, metadata=metadata)
+    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(payload))
+    return prefix + _digest(prefix, payload) + payload
+
+
+# ---------------------------------------------------------------------------------------------- decode
+def _unframe(blob: bytes) -> bytes:
+    """Check magic, version, length and digest; return the payload, trusted byte for byte."""
+    if len(blob) < _PREFIX.size:
+        # A blob too short to hold its own frame: truncated if it is the start of one, else foreign.
+        if not MAGIC.startswith(blob[: len(MAGIC)]):
+            raise CorruptBlobError("not a GistRank K/V blob (bad magic)")
+        raise TruncatedBlobError(len(blob), HEADER_SIZE)
+    magic, version, length = _PREFIX.unpack_from(blob)
+    if magic != MAGIC:
+        raise CorruptBlobError("not a GistRank K/V blob (bad magic)")
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersionError(version)
+    needed = HEADER_SIZE + length
+    if len(blob) < needed:
+        raise TruncatedBlobError(len(blob), needed)
+    if len(blob) > needed:
+        raise CorruptBlobError(f"K/V blob has {len(blob) - needed} bytes after its payload")
+    payload = blob[HEADER_SIZE:]
+    if _digest(blob[: _PREFIX.size], payload) != blob[_PREFIX.size : HEADER_SIZE]:
+        raise CorruptBlobError("K/V blob checksum mismatch")
+    return payload
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of duplicate keys; safetensors might not agree on which, so refuse them.
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise BlobMetadataError("duplicate key in safetensors header")
+    return out
+
+
+def _read_header(payload: bytes) -> dict[str, Any]:
+    """The safetensors JSON header (8-byte length + JSON), read here because `load` drops metadata."""
+    if len(payload) < 8:
+        raise BlobMetadataError("payload too short for a safetensors header")
+    n = int.from_bytes(payload[:8], "little")
+    if n > len(payload) - 8:
+        raise BlobMetadataError(f"safetensors header length {n} exceeds the payload")
+    try:
+        header = json.loads(payload[8 : 8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise BlobMetadataError(f"unreadable safetensors header: {e}") from None
+    if not isinstance(header, dict):
+        raise BlobMetadataError("safetensors header is not an object")
+    return header
+
+
+def _uint(meta: dict[str, str], key: str, minimum: int) -> int:
+    value = meta[key]
+    if not _UINT.fullmatch(value) or int(value) < minimum:
+        raise BlobMetadataError(f"metadata {key}={value!r} is not an integer ≥ {minimum}")
+    return int(value)
+
+
+def _check_entry(header: dict[str, Any], name: str, dtype: str, shape: tuple[int, ...]) -> None:
+    entry = header[name]
+    if (
+        not isinstance(entry, dict)
+        or entry.get("dtype") != _ST_DTYPE[dtype]
+        or entry.get("shape") != list(shape)
+    ):
+        raise BlobMetadataError(f"tensor {name!r} is {entry!r}, expected {_ST_DTYPE[dtype]} {list(shape)}")
+
+
+def decode(
+    blob: bytes, expected_fingerprint: str | None = None, dtype: torch.dtype | None = None
+) -> DecodedKV:
+    """Validate and deserialise a blob from `encode`.
+
+    `expected_fingerprint`: when given, a blob from any other model raises `ForeignFingerprintError`.
+    `dtype`: float dtype of the returned tensor; default the dtype the K/V had when encoded.
+    Raises only `KVBlobError` subclasses for anything wrong with `blob`.
+    """
+    if dtype is not None and _dtype_name(dtype) is None:
+        raise ValueError(f"dtype {dtype} is not one of {list(_FLOAT_DTYPES)}")
+    if not isinstance(blob, bytes | bytearray | memoryview):
+        raise TypeError(f"blob must be bytes, not {type(blob).__name__}")
+    payload = _unframe(bytes(blob))
+    header = _read_header(payload)
+
+    meta = header.pop("__metadata__", None)
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise BlobMetadataError("safetensors metadata missing or not string → string")
+    if set(meta) != _META_KEYS:
+        missing, unknown = sorted(_META_KEYS - set(meta)), sorted(set(meta) - _META_KEYS)
+        raise BlobMetadataError(f"metadata keys: missing {missing}, unknown {unknown}")
+    if meta["format"] != FORMAT_NAME:
+        raise BlobMetadataError(f"metadata format {meta['format']!r} is not {FORMAT_NAME!r}")
+    if meta["version"] != str(FORMAT_VERSION):
+        raise BlobMetadataError(f"metadata version {meta['version']!r} disagrees with frame version")
+    if not meta["fingerprint"] or not meta["content_hash"]:
+        raise BlobMetadataError("empty fingerprint or content_hash")
+    if expected_fingerprint is not None and meta["fingerprint"] != expected_fingerprint:
+        raise ForeignFingerprintError(expected_fingerprint, meta["fingerprint"])
+
+    dims = tuple(_uint(meta, key, 1) for key in ("num_layers", "num_kv_heads", "num_gist", "head_dim"))
+    num_layers, num_kv_heads, num_gist, head_dim = dims
+    item_tokens = _uint(meta, "item_tokens", 0)
+    if _uint(meta, "gist_start", 0) != item_tokens:
+        raise BlobMetadataError(f"gist_start={meta['gist_start']} is not item_tokens={item_tokens}")
+    if meta["truncated"] not in ("true", "false"):
+        raise BlobMetadataError(f"metadata truncated={meta['truncated']!r} is not true/false")
+    storage, source = meta["storage_dtype"], meta["source_dtype"]
+    if storage not in STORAGE_DTYPES or source not in _FLOAT_DTYPES:
+        raise BlobMetadataError(f"storage_dtype={storage!r} / source_dtype={source!r} unknown")
+
+    # The tensor table is checked against the metadata before safetensors builds anything, so an
+    # inconsistent blob never reaches the allocator with sizes nobody vouched for.
+    shape = (num_layers, 2, num_kv_heads, num_gist, head_dim)
+    expected = {"kv": (storage, shape)}
+    if storage == "int8":
+        expected["k_scale"] = ("float32", (num_layers, num_kv_heads, 1, head_dim))
+        expected["v_scale"] = ("float32", (num_layers, num_kv_heads, num_gist, 1))
+    if set(header) != set(expected):
+        raise BlobMetadataError(f"tensors {sorted(header)}, expected {sorted(expected)}")
+    for name, (st_dtype, st_shape) in expected.items():
+        _check_entry(header, name, st_dtype, st_shape)
+    try:
+        tensors = load(payload)
+    except SafetensorError as e:
+        raise BlobMetadataError(f"safetensors payload rejected: {e}") from None
+
+    if storage == "int8":
+        q, k_scale, v_scale = tensors["kv"], tensors["k_scale"], tensors["v_scale"]
+        for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if not (torch.isfinite(scale).all() and (scale > 0).all()):
+                raise BlobMetadataError(f"{name} has non-positive or non-finite entries")
+        if q.min() < -_INT8_MAX:
+            raise BlobMetadataError("int8 K/V holds -128, which the encoder never writes")
+        x = q.float()
+        x[:, 0] *= k_scale
+        x[:, 1] *= v_scale
+    else:
+        x = tensors["kv"]
+        if not torch.isfinite(x).all():
+            raise BlobMetadataError("K/V has non-finite values")
+
+    out_dtype = dtype or _FLOAT_DTYPES[source]
+    # copy=True: the result must not alias the payload buffer, whatever the dtypes.
+    gist_kv = GistKV(
+        kv=x.to(out_dtype, copy=True),
+        fingerprint=meta["fingerprint"],
+        item_tokens=item_tokens,
+        truncated=meta["truncated"] == "true",
+    )
+    return DecodedKV(kv=gist_kv, content_hash=meta["content_hash"], storage_dtype=storage)

@@ -1,0 +1,372 @@
+"""K/V blob codec: exact round trips, bounded int8 error, and typed errors for every damaged or foreign blob.
+
+Frames are rebuilt here from the byte layout documented in `reranker.kv_codec` (not via its private
+helpers), so these tests also pin that documentation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ITEMS, QUERY
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load, save
+
+from reranker import FingerprintMismatchError, GistConfig, GistKV, GistReranker
+from reranker.kv_codec import (
+    HEADER_SIZE,
+    MAGIC,
+    BlobMetadataError,
+    CorruptBlobError,
+    ForeignFingerprintError,
+    KVBlobError,
+    TruncatedBlobError,
+    UnsupportedVersionError,
+    decode,
+    encode,
+    kv_nbytes_formula,
+)
+
+CONTENT_HASH = hashlib.sha256(b"item content").hexdigest()
+FLOATS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FUZZ = settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def kvs(tiny_model: GistReranker) -> list[GistKV]:
+    return tiny_model.compress(ITEMS)
+
+
+@pytest.fixture(scope="module")
+def blob(kvs: list[GistKV]) -> bytes:
+    return encode(kvs[0], CONTENT_HASH, "float16")
+
+
+def frame(payload: bytes, version: int = 1) -> bytes:
+    """A frame with a valid digest around any payload, per the documented layout."""
+    prefix = MAGIC + struct.pack("<HQ", version, len(payload))
+    return prefix + hashlib.blake2b(prefix + payload, digest_size=16).digest() + payload
+
+
+def payload_parts(blob: bytes) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors and metadata of a blob's safetensors payload."""
+    payload = blob[HEADER_SIZE:]
+    n = int.from_bytes(payload[:8], "little")
+    return load(payload), json.loads(payload[8 : 8 + n])["__metadata__"]
+
+
+# ----------------------------------------------------------------------------------------- round trips
+@pytest.mark.parametrize("source", list(FLOATS))
+@pytest.mark.parametrize("storage", list(FLOATS))
+def test_float_round_trip_is_exact(kvs: list[GistKV], source: str, storage: str) -> None:
+    for kv in kvs:
+        src = dataclasses.replace(kv, kv=kv.kv.to(FLOATS[source]))
+        decoded = decode(encode(src, CONTENT_HASH, storage))
+        # default output dtype is the source's, so the model that wrote the blob accepts it as is
+        assert decoded.kv.dtype == FLOATS[source]
+        assert torch.equal(decoded.kv.kv, src.kv.to(FLOATS[storage]).to(FLOATS[source]))
+        as_stored = decode(encode(src, CONTENT_HASH, storage), dtype=FLOATS[storage]).kv.kv
+        assert as_stored.dtype == FLOATS[storage]
+        assert torch.equal(as_stored, src.kv.to(FLOATS[storage]))
+
+
+def test_default_storage_dtype_is_the_kv_dtype(kvs: list[GistKV]) -> None:
+    decoded = decode(encode(kvs[0], CONTENT_HASH))
+    assert decoded.storage_dtype == "float32"
+    assert torch.equal(decoded.kv.kv, kvs[0].kv)
+
+
+def _int8_bounds(x: torch.Tensor) -> torch.Tensor:
+    """Per-element error bound: half a quantisation step of the element's group (K per channel over
+    the gists, V per gist over the channels)."""
+    k_bound = x[:, 0].abs().amax(dim=2, keepdim=True).expand_as(x[:, 0]) / 254
+    v_bound = x[:, 1].abs().amax(dim=3, keepdim=True).expand_as(x[:, 1]) / 254
+    return torch.stack([k_bound, v_bound], dim=1)
+
+
+def test_int8_round_trip_within_half_step(kvs: list[GistKV]) -> None:
+    for kv in kvs:
+        decoded = decode(encode(kv, CONTENT_HASH, "int8"))
+        assert decoded.storage_dtype == "int8" and decoded.kv.dtype == torch.float32
+        err = (decoded.kv.kv - kv.kv).abs()
+        assert (err <= _int8_bounds(kv.kv) * (1 + 1e-5) + 1e-30).all()
+        assert err.max() <= kv.kv.abs().max() / 254 * (1 + 1e-5)
+
+
+def test_int8_outlier_key_channel_does_not_coarsen_the_others(kvs: list[GistKV]) -> None:
+    """Why keys are scaled per channel: one huge RoPE channel must not cost the others their precision."""
+    x = kvs[0].kv.clone()
+    x[:, 0, :, :, 3] *= 1000
+    decoded = decode(encode(dataclasses.replace(kvs[0], kv=x), CONTENT_HASH, "int8")).kv.kv
+    others = torch.ones(x.shape[-1], dtype=torch.bool)
+    others[3] = False
+    err = (decoded - x).abs()[:, 0][..., others]
+    assert (err <= _int8_bounds(x)[:, 0][..., others] * (1 + 1e-5)).all()
+    assert err.max() < x[:, 0, :, :, 3].abs().max() / 254 / 100
+
+
+def test_int8_all_zero_groups_round_trip(kvs: list[GistKV]) -> None:
+    zeros = dataclasses.replace(kvs[0], kv=torch.zeros_like(kvs[0].kv))
+    assert torch.equal(decode(encode(zeros, CONTENT_HASH, "int8")).kv.kv, zeros.kv)
+
+
+def test_metadata_round_trips(kvs: list[GistKV], tiny_model: GistReranker) -> None:
+    kv = dataclasses.replace(kvs[2], truncated=True)
+    for storage in [*FLOATS, "int8"]:
+        decoded = decode(encode(kv, CONTENT_HASH, storage), expected_fingerprint=tiny_model.fingerprint)
+        assert decoded.content_hash == CONTENT_HASH
+        assert decoded.storage_dtype == storage
+        got = decoded.kv
+        assert (got.fingerprint, got.item_tokens, got.gist_start, got.truncated) == (
+            kv.fingerprint,
+            kv.item_tokens,
+            kv.item_tokens,
+            True,
+        )
+        assert got.num_gist == tiny_model.gist.num_gist == 4
+        assert tuple(got.kv.shape) == tuple(kv.kv.shape)
+
+
+def test_scores_from_decoded_kv_equal_the_originals(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
+    original = tiny_model.score(QUERY, kvs)
+    exact = [decode(encode(kv, CONTENT_HASH), expected_fingerprint=tiny_model.fingerprint).kv for kv in kvs]
+    assert torch.equal(tiny_model.score(QUERY, exact), original)
+    # lossy storage still decodes to the model's dtype, so score() accepts it; the scores move only a little
+    for storage, tol in (("float16", 1e-3), ("int8", 5e-2)):
+        lossy = [decode(encode(kv, CONTENT_HASH, storage)).kv for kv in kvs]
+        torch.testing.assert_close(tiny_model.score(QUERY, lossy), original, rtol=0, atol=tol)
+
+
+def test_decoded_tensor_owns_its_memory(blob: bytes) -> None:
+    first = decode(blob).kv.kv
+    first.zero_()
+    assert decode(blob).kv.kv.abs().sum() > 0
+
+
+# ------------------------------------------------------------------------------------------------ size
+def test_fp16_blob_is_the_formula_plus_a_small_overhead(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
+    kv = kvs[0]
+    formula = kv_nbytes_formula(
+        tiny_model.num_layers, kv.num_gist, tiny_model.num_kv_heads, tiny_model.head_dim, 2
+    )
+    assert formula == kv.nbytes // 2  # fp32 K/V in the tiny model
+    overhead = len(encode(kv, CONTENT_HASH, "float16")) - formula
+    assert HEADER_SIZE < overhead <= 640  # frame + safetensors header with metadata, independent of size
+
+
+def test_int8_blob_size(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
+    kv = kvs[0]
+    layers, heads, k, h = tiny_model.num_layers, tiny_model.num_kv_heads, kv.num_gist, tiny_model.head_dim
+    data = kv_nbytes_formula(layers, k, heads, h, 1) + 4 * layers * heads * (h + k)  # int8 + fp32 scales
+    assert 0 < len(encode(kv, CONTENT_HASH, "int8")) - data <= 768
+
+
+# ---------------------------------------------------------------------------------- damaged / foreign
+def _flipped(blob: bytes, offset: int, mask: int) -> bytes:
+    damaged = bytearray(blob)
+    damaged[offset] ^= mask
+    return bytes(damaged)
+
+
+def test_every_sampled_single_byte_flip_is_detected(blob: bytes) -> None:
+    offsets = sorted({*range(HEADER_SIZE + 16), *range(0, len(blob), 7), len(blob) - 1})
+    for offset in offsets:
+        for mask in (0x01, 0x80, 0xFF):
+            with pytest.raises(KVBlobError):
+                decode(_flipped(blob, offset, mask))
+
+
+def test_payload_flip_is_a_checksum_error(blob: bytes) -> None:
+    with pytest.raises(CorruptBlobError, match="checksum"):
+        decode(_flipped(blob, len(blob) // 2, 0x10))
+
+
+@FUZZ
+@given(data=st.data())
+def test_random_byte_flips_are_detected(blob: bytes, data: st.DataObject) -> None:
+    flips = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, len(blob) - 1), st.integers(1, 255)),
+            min_size=1,
+            max_size=4,
+            unique_by=lambda f: f[0],
+        )
+    )
+    damaged = bytearray(blob)
+    for offset, mask in flips:
+        damaged[offset] ^= mask
+    with pytest.raises(KVBlobError):
+        decode(bytes(damaged))
+
+
+def test_every_truncation_is_a_truncation_error(blob: bytes) -> None:
+    for length in range(len(blob)):
+        with pytest.raises(TruncatedBlobError):
+            decode(blob[:length])
+
+
+def test_trailing_bytes_are_corruption(blob: bytes) -> None:
+    with pytest.raises(CorruptBlobError):
+        decode(blob + b"\x00")
+
+
+def test_foreign_magic_is_corruption(blob: bytes) -> None:
+    with pytest.raises(CorruptBlobError, match="magic"):
+        decode(b"PK\x03\x04" + blob[4:])
+    with pytest.raises(CorruptBlobError, match="magic"):
+        decode(b"{}")
+
+
+def test_other_version_is_refused(blob: bytes) -> None:
+    with pytest.raises(UnsupportedVersionError) as info:
+        decode(frame(blob[HEADER_SIZE:], version=2))
+    assert info.value.version == 2
+
+
+def test_foreign_fingerprint_is_refused(tiny_base: Path, tiny_model: GistReranker) -> None:
+    other = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=4, max_item_tokens=512, dtype="float32"), device="cpu"
+    )
+    assert other.fingerprint != tiny_model.fingerprint
+    foreign = encode(other.compress(ITEMS[:1])[0], CONTENT_HASH)
+    with pytest.raises(ForeignFingerprintError) as info:
+        decode(foreign, expected_fingerprint=tiny_model.fingerprint)
+    assert (info.value.expected, info.value.got) == (tiny_model.fingerprint, other.fingerprint)
+    assert isinstance(info.value, FingerprintMismatchError)  # a cache miss to the scoring path too
+    assert decode(foreign, expected_fingerprint=other.fingerprint).kv.fingerprint == other.fingerprint
+
+
+def _tampered(
+    blob: bytes, meta: dict[str, str | None] | None = None, tensors: dict[str, torch.Tensor] | None = None
+) -> bytes:
+    """Re-encode a blob's payload with other metadata (None deletes a key) or tensors, and a valid digest."""
+    old_tensors, old_meta = payload_parts(blob)
+    new_meta = {k: v for k, v in {**old_meta, **(meta or {})}.items() if v is not None}
+    return frame(save(tensors if tensors is not None else old_tensors, metadata=new_meta))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"format": "other"},
+        {"version": "2"},
+        {"fingerprint": ""},
+        {"content_hash": None},
+        {"extra": "1"},
+        {"num_gist": "5"},
+        {"num_layers": "0"},
+        {"head_dim": "+16"},
+        {"head_dim": "016"},
+        {"item_tokens": "-1"},
+        {"item_tokens": "1e3"},
+        {"gist_start": "0"},
+        {"truncated": "yes"},
+        {"storage_dtype": "bfloat16"},
+        {"storage_dtype": "float64"},
+        {"source_dtype": "int8"},
+    ],
+    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
+)
+def test_bad_metadata_with_valid_checksum_is_refused(blob: bytes, change: dict[str, str | None]) -> None:
+    with pytest.raises(BlobMetadataError):
+        decode(_tampered(blob, change))
+
+
+def test_bad_tensors_with_valid_checksum_are_refused(kvs: list[GistKV], blob: bytes) -> None:
+    tensors, _ = payload_parts(blob)
+    nan = tensors["kv"].clone()
+    nan[0, 0, 0, 0, 0] = float("nan")
+    int8 = encode(kvs[0], CONTENT_HASH, "int8")
+    q = payload_parts(int8)[0]
+    cases = [
+        _tampered(blob, tensors={"kv": nan}),
+        _tampered(blob, tensors={"kv": tensors["kv"].float()}),  # dtype disagrees with storage_dtype
+        _tampered(
+            blob, tensors={"kv": tensors["kv"][:, :, :, :3].contiguous()}
+        ),  # shape disagrees with num_gist
+        _tampered(blob, tensors={**tensors, "extra": torch.zeros(1)}),
+        _tampered(int8, tensors={**q, "kv": torch.full_like(q["kv"], -128)}),
+        _tampered(int8, tensors={**q, "k_scale": torch.zeros_like(q["k_scale"])}),
+        _tampered(int8, tensors={**q, "v_scale": torch.full_like(q["v_scale"], float("inf"))}),
+        _tampered(int8, tensors={"kv": q["kv"]}),  # scales missing
+    ]
+    for bad in cases:
+        with pytest.raises(BlobMetadataError):
+            decode(bad)
+
+
+def test_encode_refuses_what_it_cannot_store_faithfully(kvs: list[GistKV]) -> None:
+    with pytest.raises(ValueError, match="storage_dtype"):
+        encode(kvs[0], CONTENT_HASH, "float8")
+    with pytest.raises(ValueError, match="content_hash"):
+        encode(kvs[0], "")
+    nan = kvs[0].kv.clone()
+    nan[0, 0, 0, 0, 0] = float("nan")
+    for storage in ("float32", "int8"):
+        with pytest.raises(ValueError, match="finite"):
+            encode(dataclasses.replace(kvs[0], kv=nan), CONTENT_HASH, storage)
+    with pytest.raises(ValueError, match="finite in float16"):  # 1e5 overflows fp16
+        encode(dataclasses.replace(kvs[0], kv=kvs[0].kv * 0 + 1e5), CONTENT_HASH, "float16")
+
+
+# ------------------------------------------------------------------------------------------------ fuzz
+def _decode_or_typed_error(data: bytes) -> None:
+    try:
+        decoded = decode(data)
+    except KVBlobError:
+        return
+    assert isinstance(decoded.kv, GistKV)
+
+
+@FUZZ
+@given(st.binary(max_size=4096))
+def test_fuzz_arbitrary_bytes(data: bytes) -> None:
+    _decode_or_typed_error(data)
+
+
+@FUZZ
+@given(st.integers(0, 4096) | st.integers(0, 2**64 - 1), st.binary(max_size=2048))
+def test_fuzz_valid_magic_and_version(declared_length: int, data: bytes) -> None:
+    _decode_or_typed_error(MAGIC + struct.pack("<HQ", 1, declared_length) + data)
+
+
+@FUZZ
+@given(st.binary(max_size=2048))
+def test_fuzz_payload_behind_a_valid_checksum(data: bytes) -> None:
+    _decode_or_typed_error(frame(data))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_damaged_payload_behind_a_valid_checksum(blob: bytes, data: st.DataObject) -> None:
+    """Near-valid safetensors headers and tensor data: reaches json, metadata and safetensors parsing."""
+    payload = bytearray(blob[HEADER_SIZE:])
+    for offset, value in data.draw(
+        st.lists(st.tuples(st.integers(0, len(payload) - 1), st.integers(0, 255)))
+    ):
+        payload[offset] = value
+    cut = data.draw(st.integers(0, len(payload)))
+    _decode_or_typed_error(frame(bytes(payload[:cut])))
+
+
+_META_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+
+
+@FUZZ
+@given(
+    st.dictionaries(
+        st.sampled_from(["num_gist", "item_tokens", "gist_start", "truncated", "storage_dtype", "version"])
+        | _META_TEXT,
+        _META_TEXT | st.integers(-2, 40).map(str),
+        max_size=6,
+    )
+)
+def test_fuzz_metadata_behind_a_valid_checksum(blob: bytes, meta: dict[str, str]) -> None:
+    _decode_or_typed_error(_tampered(blob, meta))

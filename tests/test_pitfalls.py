@@ -1,0 +1,56 @@
+"""The wrong variants of DESIGN §2, built on purpose: each must break equivalence, or the guard is blind."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ITEMS, QUERY
+
+from reranker import GistReranker, layout
+
+
+def clearly_differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """At least 10x the equivalence tolerance (1e-4 relative) apart."""
+    return float((a - b).abs().max()) > 1e-3 * float(b.abs().max())
+
+
+def test_gist_mask_matters(tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch) -> None:
+    masked = tiny_model.score_masked(QUERY, ITEMS)
+    monkeypatch.setattr(
+        layout, "training_mask", lambda _items, _k, lens, total: layout.full_mask(lens, total)
+    )
+    unmasked = tiny_model.score_masked(QUERY, ITEMS)
+    assert clearly_differ(unmasked, masked)
+
+
+@pytest.mark.parametrize(
+    "wrong_positions",
+    [
+        # the query numbered from 0 once the item is removed
+        lambda start, k, n: torch.arange(n)[None].expand(len(start), -1),
+        # what a framework derives from the cache length: k, k+1, … for every row
+        lambda start, k, n: (k + torch.arange(n))[None].expand(len(start), -1),
+    ],
+    ids=["from-zero", "from-cache-length"],
+)
+def test_renumbered_query_positions_break_equivalence(
+    tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch, wrong_positions
+) -> None:
+    reference = tiny_model.score_masked(QUERY, ITEMS)
+    kvs = tiny_model.compress(ITEMS)
+    torch.testing.assert_close(tiny_model.score(QUERY, kvs), reference, rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(layout, "online_positions", wrong_positions)
+    assert clearly_differ(tiny_model.score(QUERY, kvs), reference)
+
+
+def test_zero_filled_item_placeholders_break_equivalence(tiny_model: GistReranker) -> None:
+    """Zeros in place of the item 'because they are masked': the gists then summarise nothing."""
+    reference = tiny_model.score_masked(QUERY, ITEMS)
+    k = tiny_model.gist.num_gist
+    q = torch.cat([tiny_model._embed(tiny_model.query_ids(QUERY)), tiny_model.score_embedding])
+    item_ids, _ = tiny_model._item_ids(ITEMS)
+    rows = [torch.cat([torch.zeros(len(ids), q.shape[1]), tiny_model.gist_embeddings, q]) for ids in item_ids]
+    lens = torch.tensor([len(ids) for ids in item_ids])
+    with torch.no_grad():
+        placeholders = tiny_model._score_rows(rows, lambda s, t: layout.training_mask(lens, k, s, t))
+    assert clearly_differ(placeholders, reference)
