@@ -117,6 +117,10 @@ def _convert_gguf(gguf_file: Path, target: Path) -> None:
         logger.info("Tokenizer ready after %.1f s; writing %s", time.perf_counter() - started, tmp)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        # mkdtemp and the weights writer create owner-only files; make the folder readable like any other
+        # cache, so e.g. an image can convert as root and serve as another user.
+        for path in (tmp, *tmp.iterdir()):
+            path.chmod(0o755 if path.is_dir() else 0o644)
         try:
             tmp.rename(target)
         except OSError:

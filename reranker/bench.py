@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm.auto import tqdm
 
-from reranker.config import GistConfig
+from reranker.config import GistConfig, resolve_dtype
 from reranker.model import GistReranker
 
 FILLER = (
@@ -78,6 +78,7 @@ def run_score_bench(
     out: Path,
 ) -> list[dict]:
     console = Console()
+    dtype = resolve_dtype(dtype)
     gist = GistConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=max(item_tokens))
     model = GistReranker.from_pretrained(base, gist)
     query = _query_of_tokens(model, query_tokens)

@@ -11,12 +11,12 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 Base = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
 NumGist = Annotated[int, typer.Option(help="k gist tokens per item")]
-DType = Annotated[str, typer.Option(help="float32 | bfloat16 | float16")]
+DType = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 (auto: bf16 only where fast)")]
 DEFAULT_BASE = "smollm2-135m-instruct"
 
 
 @app.command()
-def demo(base: Base = DEFAULT_BASE, num_gist: NumGist = 8, dtype: DType = "bfloat16") -> None:
+def demo(base: Base = DEFAULT_BASE, num_gist: NumGist = 8, dtype: DType = "auto") -> None:
     """Compress the sample catalog, rank sample queries with `score` (gist K/V) beside `score_full`."""
     from reranker.demo import run_core_demo
 
@@ -30,7 +30,7 @@ def bench(
     query_tokens: Annotated[int, typer.Option(help="ℓ online tokens per candidate (query + score)")] = 32,
     item_tokens: Annotated[list[int] | None, typer.Option(help="j values to sweep (repeatable)")] = None,
     num_gist: NumGist = 8,
-    dtype: DType = "bfloat16",
+    dtype: DType = "auto",
     repeats: Annotated[int, typer.Option(help="timed runs of the gist path after a warm-up")] = 5,
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_score.json"),
 ) -> None:

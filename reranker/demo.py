@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from reranker.config import GistConfig
+from reranker.config import GistConfig, resolve_dtype
 from reranker.model import CHECKPOINT_FILE, GistReranker
 from reranker.render import render_item
 
@@ -32,8 +32,9 @@ def _ranking(ids: list[str], scores: torch.Tensor, top: int) -> list[str]:
     return [f"{ids[i]} ({scores[i]:+.2f})" for i in order]
 
 
-def run_core_demo(base: str, num_gist: int = 8, dtype: str = "bfloat16", top: int = 5) -> None:
+def run_core_demo(base: str, num_gist: int = 8, dtype: str = "auto", top: int = 5) -> None:
     console = Console()
+    dtype = resolve_dtype(dtype)
     start = time.perf_counter()
     model = GistReranker.from_pretrained(base, GistConfig(num_gist=num_gist, dtype=dtype))
     console.print(

@@ -1,0 +1,374 @@
+"""The gist K/V feature store: one facade over Feast for the consumer (writes) and the reranker (reads).
+
+Rows live in the Feast feature view ``item_gist`` (``feature_repo/``), keyed by ``item_id``, in an SQLite
+(default) or Redis online store. This module owns the rules Feast does not have:
+
+* **Which write wins.** A row replaces the stored one when its catalog version is higher; at the same
+  version when the stored row is live and the new one differs in fingerprint, content hash or bytes (a
+  model upgrade re-materializes items without a catalog change) or is a delete. An older version, an
+  exact duplicate (at-least-once redelivery) or anything at or below a tombstone's version is skipped.
+  Deciding needs the stored row, so every write reads first, in one batched call.
+* **Deletes are tombstones** (``deleted=True``, empty ``kv``) and read as ``None``. Feast 0.49's online
+  stores have no per-entity delete (SQLite: none; Redis: only all entities of a join key at once), and
+  only a kept version can stop a stale upsert that arrives after the delete from resurrecting the item.
+* **Event timestamps.** Feast's Redis store keeps whole seconds and silently drops a write whose second
+  is not after the stored one (SQLite overwrites regardless). Every write therefore gets
+  ``max(now, stored + 1)`` in whole seconds, so rewrites within the same second land too (their
+  timestamps run ahead of the clock by at most the number of such rewrites).
+
+The read-before-write is atomic only within one process (a lock): each item must have one writer at a
+time, which the consumer gets from Kafka partitioning by item id.
+
+``import feast`` takes seconds, so it happens when a `GistStore` is built, not when this module is
+imported; build one per process and reuse it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlsplit
+
+import redis.exceptions
+import yaml
+
+if TYPE_CHECKING:
+    from feast import FeatureStore, RepoConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FEATURE_REPO = REPO_ROOT / "feature_repo"
+DEFAULT_DATA_DIR = REPO_ROOT / "var" / "feast"
+DATA_DIR_ENV = "GISTRANK_FEAST_DIR"
+ONLINE_ENV = "GISTRANK_FEAST_ONLINE"
+REDIS_URL_ENV = "GISTRANK_REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# Bounds how long a read waits on an unreachable Redis before the caller falls back to recompute.
+REDIS_CONNECT_TIMEOUT_S = 2
+REDIS_SOCKET_TIMEOUT_S = 5
+
+_FEATURES = ("kv", "fingerprint", "num_gist", "item_tokens", "content_hash", "version", "deleted")
+_TS_SUFFIX = "__ts"  # OnlineResponse.to_dict(include_event_timestamps=True) names timestamps so
+
+Online = Literal["sqlite", "redis"]
+
+
+class FeatureStoreUnavailableError(RuntimeError):
+    """The online store or registry cannot be used now (Redis down, database unreadable, view not applied).
+
+    The serving layer treats it as a miss for every item and recomputes; the consumer retries without
+    committing its offsets.
+    """
+
+
+@dataclass(frozen=True)
+class GistRow:
+    """One item's stored gist K/V: `kv` is `reranker.kv_codec.encode` output, stored byte for byte."""
+
+    item_id: str
+    kv: bytes
+    fingerprint: str
+    num_gist: int
+    item_tokens: int
+    content_hash: str
+    version: int
+
+    def __post_init__(self) -> None:
+        # Empty kv / fingerprint is what a tombstone holds; a live row with them would be unusable anyway.
+        if not self.item_id or not self.kv or not self.fingerprint or not self.content_hash:
+            raise ValueError(
+                f"GistRow {self.item_id!r}: item_id, kv, fingerprint and content_hash are required"
+            )
+        if self.version < 0 or self.num_gist < 0 or self.item_tokens < 0:
+            raise ValueError(f"GistRow {self.item_id!r}: version, num_gist and item_tokens must be >= 0")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """Item ids of the input rows, in input order: each row is either written or skipped.
+
+    Skipped means the stored row (or a later row of the same batch for that item) already wins, so there
+    is nothing left to do for it: the consumer may commit either way.
+    """
+
+    written: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Record:
+    """What the winning rule compares: a row as stored, live or tombstone."""
+
+    version: int
+    deleted: bool
+    fingerprint: str = ""
+    content_hash: str = ""
+    kv: bytes = b""
+
+    def supersedes(self, stored: _Record | None) -> bool:
+        if stored is None:
+            return True
+        if self.version != stored.version:
+            return self.version > stored.version
+        if stored.deleted:
+            return False  # a delete is final for its version: a redelivered upsert must not undo it
+        if self.deleted:
+            return True
+        return (self.fingerprint, self.content_hash, self.kv) != (
+            stored.fingerprint,
+            stored.content_hash,
+            stored.kv,
+        )
+
+
+def _redis_connection_string(url: str) -> str:
+    """Feast's ``host:port,key=value`` form of a ``redis://[:password@]host[:port][/db]`` URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ValueError(f"redis_url must look like redis://host:port/db, got {url!r}")
+    db = parts.path.lstrip("/") or "0"
+    options = [
+        f"{parts.hostname}:{parts.port or 6379}",
+        f"db={int(db)}",
+        f"socket_connect_timeout={REDIS_CONNECT_TIMEOUT_S}",
+        f"socket_timeout={REDIS_SOCKET_TIMEOUT_S}",
+    ]
+    if parts.password:
+        password = unquote(parts.password)
+        if "," in password:
+            raise ValueError("Feast's Redis connection string cannot carry a password containing ','")
+        options.append(f"password={password}")
+    if parts.scheme == "rediss":
+        options.append("ssl=true")
+    return ",".join(options)
+
+
+def _load_definitions() -> ModuleType:
+    # feature_repo/ is not a package (an __init__.py would be executed by `feast apply`), so load by path.
+    spec = importlib.util.spec_from_file_location(
+        "gistrank_feature_definitions", FEATURE_REPO / "definitions.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class GistStore:
+    """Batched reads and version-guarded writes of gist K/V rows; see the module docstring for the rules."""
+
+    def __init__(
+        self, data_dir: Path | None = None, online: Online = "sqlite", redis_url: str | None = None
+    ) -> None:
+        if online not in ("sqlite", "redis"):
+            raise ValueError(f"online must be 'sqlite' or 'redis', got {online!r}")
+        self.data_dir = Path(data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).resolve()
+        self.online: Online = online
+        self.redis_url = (redis_url or DEFAULT_REDIS_URL) if online == "redis" else None
+
+        from feast import FeatureStore
+
+        self._definitions = _load_definitions()
+        self._objects = self._definitions.build_definitions(self.data_dir)
+        config = self._repo_config()
+        try:
+            # Feast creates only the last path component itself.
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            # Reads the registry, creating an empty one in a fresh data dir; Redis is not contacted yet.
+            self._store: FeatureStore = FeatureStore(config=config)
+        except OSError as e:
+            raise FeatureStoreUnavailableError(f"feast data dir {self.data_dir}: {e}") from e
+        # One lock for every Feast call: the SQLite store shares one connection across threads, and a
+        # write's read-before-write must not interleave with another write.
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls) -> GistStore:
+        """Configured by $GISTRANK_FEAST_DIR, $GISTRANK_FEAST_ONLINE (sqlite|redis), $GISTRANK_REDIS_URL."""
+        online = os.environ.get(ONLINE_ENV, "sqlite")
+        if online not in ("sqlite", "redis"):
+            raise ValueError(f"${ONLINE_ENV} must be 'sqlite' or 'redis', got {online!r}")
+        return cls(online=online, redis_url=os.environ.get(REDIS_URL_ENV))
+
+    def _repo_config(self) -> RepoConfig:
+        from feast import RepoConfig
+
+        # Same parsing as Feast's own loader, then the data dir and online store replace the CLI's paths.
+        raw: dict[str, Any] = yaml.safe_load(
+            os.path.expandvars((FEATURE_REPO / "feature_store.yaml").read_text())
+        )
+        raw["registry"] = {**raw["registry"], "path": str(self.data_dir / "registry.db")}
+        if self.online == "redis":
+            assert self.redis_url is not None
+            raw["online_store"] = {
+                "type": "redis",
+                "connection_string": _redis_connection_string(self.redis_url),
+            }
+        else:
+            raw["online_store"] = {"type": "sqlite", "path": str(self.data_dir / "online.db")}
+        config = RepoConfig(**raw)
+        config.repo_path = FEATURE_REPO
+        return config
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Hold the lock and turn "the store cannot be used" into `FeatureStoreUnavailableError`."""
+        from feast.errors import FeastObjectNotFoundException
+
+        where = self.redis_url if self.online == "redis" else str(self.data_dir / "online.db")
+        with self._lock:
+            try:
+                yield
+            except (redis.exceptions.RedisError, sqlite3.Error, OSError) as e:
+                raise FeatureStoreUnavailableError(f"{self.online} online store at {where}: {e}") from e
+            except FeastObjectNotFoundException as e:
+                raise FeatureStoreUnavailableError(
+                    f"{e} (registry {self.data_dir / 'registry.db'}; call GistStore.apply())"
+                ) from e
+
+    def apply(self) -> None:
+        """Register entity, push source and view; a no-op, without touching the registry, when current.
+
+        Feast rewrites the registry file in place (not atomically), so skipping unchanged applies keeps
+        processes that start together from reading a half-written registry.
+        """
+        with self._guard():
+            if not self._registered():
+                self._store.apply(list(self._objects))
+
+    def _registered(self) -> bool:
+        registered = {
+            (type(o), o.name): o
+            for o in (
+                *self._store.list_entities(allow_cache=False),
+                *self._store.list_data_sources(allow_cache=False),
+                *self._store.list_feature_views(allow_cache=False),
+            )
+        }
+        push = self._objects[1]
+        wanted = (*self._objects, push.batch_source)
+        # Feast's __eq__ raises for any other type (None included), hence the type in the key.
+        return all((type(o), o.name) in registered and registered[type(o), o.name] == o for o in wanted)
+
+    def _online(self, item_ids: list[str], features: Sequence[str]) -> dict[str, list[Any]]:
+        """One batched get_online_features; values are None where an item has no row."""
+        view = self._definitions.VIEW
+        response = self._store.get_online_features(
+            features=[f"{view}:{f}" for f in features],
+            entity_rows=[{self._definitions.JOIN_KEY: i} for i in item_ids],
+        )
+        return response.to_dict(include_event_timestamps=True)
+
+    def read(self, item_ids: Sequence[str]) -> dict[str, GistRow | None]:
+        """Rows for `item_ids` (duplicates collapse); missing or deleted items map to None."""
+        ids = list(dict.fromkeys(item_ids))
+        if not ids:
+            return {}
+        with self._guard():
+            values = self._online(ids, _FEATURES)
+        rows: dict[str, GistRow | None] = {}
+        for i, item_id in enumerate(ids):
+            if values["version"][i] is None or values["deleted"][i]:
+                rows[item_id] = None
+            else:
+                rows[item_id] = GistRow(
+                    item_id=item_id,
+                    kv=values["kv"][i],
+                    fingerprint=values["fingerprint"][i],
+                    num_gist=values["num_gist"][i],
+                    item_tokens=values["item_tokens"][i],
+                    content_hash=values["content_hash"][i],
+                    version=values["version"][i],
+                )
+        return rows
+
+    def stored_fingerprints(self, item_ids: Sequence[str]) -> dict[str, str | None]:
+        """Fingerprint of each item's live row, None when missing or deleted (so it needs materializing)."""
+        ids = list(dict.fromkeys(item_ids))
+        if not ids:
+            return {}
+        with self._guard():
+            values = self._online(ids, ("fingerprint", "deleted"))
+        return {
+            item_id: None if values["deleted"][i] in (None, True) else values["fingerprint"][i]
+            for i, item_id in enumerate(ids)
+        }
+
+    def write(self, rows: Sequence[GistRow]) -> WriteResult:
+        """Store the rows that win against what is stored (module docstring), in one batched push."""
+        return self._write(
+            [(r.item_id, _Record(r.version, False, r.fingerprint, r.content_hash, r.kv), r) for r in rows]
+        )
+
+    def delete(self, item_ids: Sequence[str], versions: Sequence[int]) -> WriteResult:
+        """Tombstone each item at its version, unless a newer version is stored (or it is already deleted)."""
+        if len(item_ids) != len(versions):
+            raise ValueError(f"{len(item_ids)} item ids but {len(versions)} versions")
+        if not all(item_ids):
+            raise ValueError("item ids must be non-empty")
+        return self._write([(i, _Record(v, True), None) for i, v in zip(item_ids, versions, strict=True)])
+
+    def _write(self, entries: list[tuple[str, _Record, GistRow | None]]) -> WriteResult:
+        if not entries:
+            return WriteResult((), ())
+        import pandas as pd
+
+        ids = list(dict.fromkeys(item_id for item_id, _, _ in entries))
+        with self._guard():
+            values = self._online(ids, _FEATURES)
+            stored: dict[str, _Record | None] = {}
+            stored_ts: dict[str, int] = {}
+            for i, item_id in enumerate(ids):
+                stored_ts[item_id] = values[f"version{_TS_SUFFIX}"][i]
+                if values["version"][i] is None:
+                    stored[item_id] = None
+                else:
+                    stored[item_id] = _Record(
+                        values["version"][i],
+                        values["deleted"][i],
+                        values["fingerprint"][i],
+                        values["content_hash"][i],
+                        values["kv"][i],
+                    )
+            # Resolve the batch against the store and against itself: per item, the winning entry's index.
+            winner: dict[str, int] = {}
+            for n, (item_id, record, _) in enumerate(entries):
+                current = entries[winner[item_id]][1] if item_id in winner else stored[item_id]
+                if record.supersedes(current):
+                    winner[item_id] = n
+            winning = sorted(winner.values())
+            if winning:
+                now = int(time.time())
+                frame = pd.DataFrame(
+                    [self._frame_row(*entries[n], max(now, stored_ts[entries[n][0]] + 1)) for n in winning]
+                )
+                frame[self._definitions.TIMESTAMP_FIELD] = pd.to_datetime(
+                    frame[self._definitions.TIMESTAMP_FIELD], unit="s", utc=True
+                )
+                self._store.push(self._definitions.PUSH_SOURCE, frame)
+        won = set(winning)
+        return WriteResult(
+            written=tuple(entries[n][0] for n in winning),
+            skipped=tuple(e[0] for n, e in enumerate(entries) if n not in won),
+        )
+
+    def _frame_row(self, item_id: str, record: _Record, row: GistRow | None, ts: int) -> dict[str, Any]:
+        return {
+            self._definitions.JOIN_KEY: item_id,
+            "kv": record.kv,
+            "fingerprint": record.fingerprint,
+            "num_gist": row.num_gist if row else 0,
+            "item_tokens": row.item_tokens if row else 0,
+            "content_hash": record.content_hash,
+            "version": record.version,
+            "deleted": record.deleted,
+            self._definitions.TIMESTAMP_FIELD: ts,
+        }
