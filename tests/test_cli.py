@@ -1,0 +1,36 @@
+"""The README's entry points run end to end (on a tiny model, so in seconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from reranker.cli import app
+from reranker.demo import sample_catalog, sample_queries
+
+runner = CliRunner()
+
+
+def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
+    result = runner.invoke(app, ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    assert f"compressed {len(sample_catalog())} items" in result.output
+    for query in sample_queries():
+        assert f"query: {query!r}" in result.output
+    assert "untrained" in result.output
+
+
+def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["bench", "--base", str(tiny_base), "--candidates", "6", "--query-tokens", "8", "--dtype", "float32"]
+    args += ["--item-tokens", "32", "--item-tokens", "96", "--repeats", "1", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["item_tokens"] for r in rows] == [32, 96]
+    for r in rows:
+        assert abs(r["mean_item_tokens"] - r["item_tokens"]) <= 2
+        assert r["ideal_speedup"] == (r["mean_item_tokens"] + r["online_tokens"]) / r["online_tokens"]
+        assert r["speedup"] == r["gist_candidates_per_s"] / r["full_candidates_per_s"]
