@@ -38,21 +38,35 @@ def _causal(seq_len: int, device: torch.device) -> torch.Tensor:
     return idx[None, :] <= idx[:, None]  # (S_q, S_k)
 
 
+def cut_block(item_lens: torch.Tensor, num_gist: int, total: int) -> torch.Tensor:
+    """The block the gist mask removes → bool `(N, total, total)`: rows after the gists × item columns."""
+    pos = torch.arange(total, device=item_lens.device)
+    after_gists = pos[None, :, None] >= (item_lens + num_gist)[:, None, None]  # (N, S, 1) rows
+    item_cols = pos[None, None, :] < item_lens[:, None, None]  # (N, 1, S) columns
+    return after_gists & item_cols
+
+
 def training_mask(item_lens: torch.Tensor, num_gist: int, seq_lens: torch.Tensor, total: int) -> torch.Tensor:
     """Gist mask of the right-padded training layout → bool `(N, total, total)`.
 
-    item_lens: (N,) j per row; seq_lens: (N,) real length per row (j + k + ℓ); total: padded length.
+    item_lens: (N,) j per row; seq_lens: (N,) real length per row (j + k + tail); total: padded length.
     """
-    device = item_lens.device
-    pos = torch.arange(total, device=device)
-    causal = _causal(total, device)[None]  # (1, S, S)
-    key_real = pos[None, None, :] < seq_lens[:, None, None]  # (N, 1, S)
-    after_gists = pos[None, :, None] >= (item_lens + num_gist)[:, None, None]  # (N, S, 1) rows
-    item_cols = pos[None, None, :] < item_lens[:, None, None]  # (N, 1, S) columns
-    allowed = causal & key_real & ~(after_gists & item_cols)
-    # Padding rows have no real key after the cut only in degenerate cases; let every row see itself
-    # so no softmax row is empty (their outputs are never read).
-    return allowed | torch.eye(total, dtype=torch.bool, device=device)[None]
+    allowed = full_mask(seq_lens, total) & ~cut_block(item_lens, num_gist, total)
+    # every row keeps its diagonal, so no softmax row is empty (padding rows' outputs are never read)
+    return allowed | torch.eye(total, dtype=torch.bool, device=item_lens.device)[None]
+
+
+def with_item_visibility(mask: torch.Tensor, leak: torch.Tensor, visibility: float) -> torch.Tensor:
+    """Mask curriculum: let the cut block through with weight `visibility` ∈ (0, 1].
+
+    Adding log(v) to a score multiplies its unnormalised attention weight by v, so v = 1 is the plain
+    causal forward (the query reads the item) and v → 0 anneals to the exact gist mask.
+    mask: additive `(N, 1, S, S)`; leak: bool `(N, S, S)` — the cut block restricted to real keys.
+    """
+    if not 0.0 < visibility <= 1.0:
+        raise ValueError(f"item visibility must be in (0, 1], got {visibility}")
+    bias = torch.tensor(visibility, dtype=mask.dtype, device=mask.device).log()
+    return torch.where(leak.unsqueeze(1), bias, mask)
 
 
 def full_mask(seq_lens: torch.Tensor, total: int) -> torch.Tensor:

@@ -43,6 +43,7 @@ from reranker.kv import GistKV
 CHECKPOINT_FILE = "gistrank.json"
 GIST_WEIGHTS_FILE = "gist.safetensors"
 CHECKPOINT_FORMAT = 1
+AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
 
 
@@ -229,35 +230,82 @@ class GistReranker(nn.Module):
     def _decoder(self) -> nn.Module:
         return self.lm.get_decoder()
 
-    def _score_rows(self, rows: list[torch.Tensor], mask_fn) -> torch.Tensor:
-        """Right-pad rows of embeddings, run the decoder under `mask_fn(seq_lens, total)`, score the last
-        real token of every row → (N,) float32 logits."""
+    def _forward_rows(
+        self, rows: list[torch.Tensor], item_lens: torch.Tensor | None, item_visibility: float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-pad rows of embeddings and run the decoder → (hidden (N, S, D), seq_lens (N,)).
+
+        item_lens None: plain causal (full context). Otherwise the gist mask over rows laid out as
+        item + gists + tail, optionally softened by `item_visibility` (mask curriculum)."""
         seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
         total = int(seq_lens.max())
         embeds = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # (N, S, D); pad never attended
         positions = torch.arange(total, device=self.device).expand(len(rows), -1)
-        mask = layout.additive(mask_fn(seq_lens, total), self.dtype)
+        k = self.gist.num_gist
+        if item_lens is None:
+            mask = layout.additive(layout.full_mask(seq_lens, total), self.dtype)
+        else:
+            mask = layout.additive(layout.training_mask(item_lens, k, seq_lens, total), self.dtype)
+            if item_visibility > 0:
+                leak = layout.cut_block(item_lens, k, total) & layout.full_mask(seq_lens, total)
+                mask = layout.with_item_visibility(mask, leak, item_visibility)
         hidden = self._decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask)
-        last = hidden.last_hidden_state[torch.arange(len(rows), device=self.device), seq_lens - 1]  # (N, D)
+        return hidden.last_hidden_state, seq_lens
+
+    def _score_last(self, hidden: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+        """Relevance logit of each row's last real token (the score token) → (N,) float32."""
+        last = hidden[torch.arange(hidden.shape[0], device=self.device), seq_lens - 1]  # (N, D)
         return self.head(last).squeeze(-1).float()
 
-    def score_masked(self, query: str, items: Sequence[str]) -> torch.Tensor:
-        """Training-layout reference: item + gists + query + score token under the gist mask → (N,)."""
-        q = torch.cat([self._embed(self.query_ids(query)), self.score_embedding])  # (ℓ, D)
+    def _query_tail(self, query: str) -> torch.Tensor:
+        return torch.cat([self._embed(self.query_ids(query)), self.score_embedding])  # (ℓ, D)
+
+    def score_masked(self, query: str, items: Sequence[str], item_visibility: float = 0.0) -> torch.Tensor:
+        """Training-layout reference: item + gists + query + score token under the gist mask → (N,).
+
+        `item_visibility` > 0 lets the query partly read the item (mask curriculum, training only)."""
+        q = self._query_tail(query)
         item_ids, _ = self._item_ids(items)
         rows = [torch.cat([self._embed(ids), self.gist_embeddings, q]) for ids in item_ids]
         item_lens = torch.tensor([len(ids) for ids in item_ids], device=self.device)
-        k = self.gist.num_gist
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            return self._score_rows(rows, lambda lens, total: layout.training_mask(item_lens, k, lens, total))
+            return self._score_last(*self._forward_rows(rows, item_lens, item_visibility))
 
     def score_full(self, query: str, items: Sequence[str]) -> torch.Tensor:
         """Full-context cross-encoder (no gists): item + query + score token, plain causal → (N,)."""
-        q = torch.cat([self._embed(self.query_ids(query)), self.score_embedding])
+        q = self._query_tail(query)
         item_ids, _ = self._item_ids(items)
         rows = [torch.cat([self._embed(ids), q]) for ids in item_ids]
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            return self._score_rows(rows, layout.full_mask)
+            return self._score_last(*self._forward_rows(rows, None))
+
+    def autoencode_loss(
+        self, items: Sequence[str], num_tokens: int = 64, item_visibility: float = 0.0
+    ) -> torch.Tensor:
+        """ICAE-style objective: after the gists, regenerate the item's first `num_tokens` tokens (title
+        and key attributes, rendered first) from the gists alone → mean token cross-entropy (nats).
+
+        Layout per row: item + gists + AE prompt + target, under the same gist mask as scoring, so the
+        target can reach the item only through the gists. The prompt keeps the first target token from
+        being predicted by a gist position (gists read the item directly)."""
+        prompt = self._embed(self.tokenizer(AE_PROMPT, add_special_tokens=False)["input_ids"])  # (P, D)
+        item_ids, _ = self._item_ids(items)
+        has_bos = self.tokenizer.bos_token_id is not None
+        targets = [ids[int(has_bos) :][:num_tokens] for ids in item_ids]
+        rows = [
+            torch.cat([self._embed(ids), self.gist_embeddings, prompt, self._embed(t)])
+            for ids, t in zip(item_ids, targets, strict=True)
+        ]
+        item_lens = torch.tensor([len(ids) for ids in item_ids], device=self.device)
+        hidden, _ = self._forward_rows(rows, item_lens, item_visibility)
+        k, p = self.gist.num_gist, prompt.shape[0]
+        losses = []
+        for row, (j, t) in enumerate(zip(item_lens.tolist(), targets, strict=True)):
+            start = j + k + p - 1  # the last prompt position predicts target[0]
+            logits = self.lm.get_output_embeddings()(hidden[row, start : start + len(t)]).float()
+            target = torch.tensor(t, device=self.device)
+            losses.append(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
+        return torch.stack(losses).sum() / sum(len(t) for t in targets)
 
     @torch.inference_mode()
     def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:

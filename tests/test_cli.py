@@ -24,7 +24,8 @@ def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
 
 def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    args = ["bench", "--base", str(tiny_base), "--candidates", "6", "--query-tokens", "8", "--dtype", "float32"]
+    args = ["bench", "--base", str(tiny_base), "--candidates", "6", "--query-tokens", "8"]
+    args += ["--dtype", "float32"]
     args += ["--item-tokens", "32", "--item-tokens", "96", "--repeats", "1", "--out", str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

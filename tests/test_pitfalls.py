@@ -46,11 +46,10 @@ def test_renumbered_query_positions_break_equivalence(
 def test_zero_filled_item_placeholders_break_equivalence(tiny_model: GistReranker) -> None:
     """Zeros in place of the item 'because they are masked': the gists then summarise nothing."""
     reference = tiny_model.score_masked(QUERY, ITEMS)
-    k = tiny_model.gist.num_gist
     q = torch.cat([tiny_model._embed(tiny_model.query_ids(QUERY)), tiny_model.score_embedding])
     item_ids, _ = tiny_model._item_ids(ITEMS)
     rows = [torch.cat([torch.zeros(len(ids), q.shape[1]), tiny_model.gist_embeddings, q]) for ids in item_ids]
     lens = torch.tensor([len(ids) for ids in item_ids])
     with torch.no_grad():
-        placeholders = tiny_model._score_rows(rows, lambda s, t: layout.training_mask(lens, k, s, t))
+        placeholders = tiny_model._score_last(*tiny_model._forward_rows(rows, lens))
     assert clearly_differ(placeholders, reference)
