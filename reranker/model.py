@@ -117,6 +117,12 @@ class GistReranker(nn.Module):
             model = cls._wrap(base_dir, base_ref, saved, device)
             state = load_file(Path(base) / GIST_WEIGHTS_FILE, device=str(device))
             model._load_gist_state(state)
+            if meta.get("fingerprint") not in (None, model.fingerprint):
+                raise ValueError(
+                    f"{base}: loaded weights have fingerprint {model.fingerprint}, the checkpoint was "
+                    f"saved as {meta['fingerprint']} — the base behind {base_ref!r} is not the one it was "
+                    "trained on"
+                )
             return model
         return cls._wrap(base, str(base), gist or GistConfig(), device)
 

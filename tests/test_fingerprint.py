@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ITEMS, QUERY
+from tiny import build_tiny_base
 
 from reranker import FingerprintMismatchError, GistConfig, GistReranker
 
@@ -77,3 +79,13 @@ def test_foreign_kv_is_refused(checkpoint: Path, tiny_base: Path) -> None:
 def test_checkpoint_refuses_a_different_gist_config(checkpoint: Path) -> None:
     with pytest.raises(ValueError, match="was trained with"):
         GistReranker.from_pretrained(checkpoint, GistConfig(num_gist=8, dtype="float32"), device="cpu")
+
+
+def test_checkpoint_over_a_different_base_is_refused(tiny_bases: dict[str, Path], tmp_path: Path) -> None:
+    """A checkpoint that references its base must not silently load over other weights at that path."""
+    base = tmp_path / "base"
+    shutil.copytree(tiny_bases["llama"], base)
+    ckpt = GistReranker.from_pretrained(base, FP32, device="cpu").save_pretrained(tmp_path / "ckpt")
+    build_tiny_base(base, "llama", seed=1)  # same path, other weights
+    with pytest.raises(ValueError, match="not the one it was trained on"):
+        GistReranker.from_pretrained(ckpt, device="cpu")
