@@ -1,0 +1,252 @@
+"""`gistrank train`: the full-context teacher and the gist student, one loop, each ingredient a switch.
+
+Teacher: `score_full` (item + query), fine-tuned on graded labels.
+Student: `score_masked` (item + gists + query under the gist mask — the training layout, never the
+inference layout) with any mix of:
+    listwise / pointwise label losses      what the labels say
+    distill       KL to the teacher's scores over each query's candidates (dense, graded signal)
+    autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets)
+    mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
+    length curriculum  items capped short first, the cap grown to max_item_tokens
+    warm start    `init` = a trained teacher checkpoint (same base, same GistConfig)
+    train_body    False trains only gists, score token and head (the checkpoint stays a few KB)
+
+Progress bar, JSONL learning curve, periodic checkpoints and resume (`--resume`): long runs survive.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from reranker.base_models import DEFAULT_BASE
+from reranker.config import GistConfig
+from reranker.model import GistReranker
+from reranker.relevance_data import RelevanceSet
+
+STATE_FILE = "trainer_state.json"
+OPTIM_FILE = "optimizer.safetensors"
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["teacher", "student"] = "student"
+    base: str = DEFAULT_BASE
+    init: str | None = Field(None, description="checkpoint to start from (e.g. the trained teacher)")
+    teacher: str | None = Field(None, description="teacher checkpoint for distillation")
+    gist: GistConfig = GistConfig()
+    steps: int = Field(200, ge=1)
+    queries_per_step: int = Field(4, ge=1)
+    candidates_per_query: int = Field(8, ge=2)
+    lr_body: float = 5e-5
+    lr_gist: float = 5e-4
+    train_body: bool = True
+    listwise: float = 1.0
+    pointwise: float = 0.0
+    distill: float = 0.0
+    distill_temperature: float = 1.0
+    autoencode: float = 0.0
+    autoencode_tokens: int = 64
+    autoencode_items: int = Field(8, description="items per step for the autoencoding loss")
+    mask_curriculum_steps: int = Field(0, description="steps over which item visibility anneals 1 → 0")
+    length_curriculum_steps: int = Field(0, description="steps over which the item cap grows to max")
+    min_item_tokens: int = 128
+    checkpoint_every: int = 50
+    seed: int = 0
+
+
+def item_visibility(cfg: TrainConfig, step: int) -> float:
+    """Mask curriculum: linear 1 → 0 over `mask_curriculum_steps`, exactly 0 (the gist mask) after."""
+    if cfg.role == "teacher" or step >= cfg.mask_curriculum_steps:
+        return 0.0
+    return 1.0 - step / cfg.mask_curriculum_steps
+
+
+def item_token_cap(cfg: TrainConfig, step: int) -> int:
+    """Length curriculum: linear min_item_tokens → max_item_tokens over `length_curriculum_steps`."""
+    top = cfg.gist.max_item_tokens
+    if step >= cfg.length_curriculum_steps:
+        return top
+    low = min(cfg.min_item_tokens, top)
+    return low + (top - low) * step // cfg.length_curriculum_steps
+
+
+def listwise_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy between softmax(scores) and the label-gain distribution (2^label − 1)."""
+    gains = 2.0**labels - 1.0
+    return -(gains / gains.sum() * torch.log_softmax(scores, dim=0)).sum()
+
+
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(teacher ‖ student) over one query's candidates, × T² so gradients keep their scale."""
+    t = torch.log_softmax(teacher / temperature, dim=0)
+    s = torch.log_softmax(student / temperature, dim=0)
+    return (t.exp() * (t - s)).sum() * temperature**2
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, data: RelevanceSet, out: Path, device: str | None = None) -> None:
+        self.cfg, self.data, self.out = cfg, data, Path(out)
+        self.model = GistReranker.from_pretrained(cfg.init or cfg.base, cfg.gist, device=device)
+        self.teacher = None
+        if cfg.distill > 0:
+            if cfg.teacher is None:
+                raise ValueError("distill > 0 needs a teacher checkpoint")
+            self.teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
+        self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=0.0)
+        self.queries = [
+            q
+            for q in data.split("train").queries
+            if any(label > 0 for _, label in data.candidates(q.query_id))
+        ]
+        if not self.queries:
+            raise ValueError("the train split has no query with a relevant candidate")
+        self.rng = random.Random(cfg.seed)
+        self.step = 0
+        self._token_ids: dict[str, list[int]] = {}
+
+    def _param_groups(self) -> list[dict]:
+        m = self.model
+        gist_params = [m.gist_embeddings, m.score_embedding, *m.head.parameters()]
+        body = list(m.lm.parameters()) if self.cfg.train_body else []
+        trainable = {id(p) for p in gist_params + body}
+        for p in m.parameters():
+            p.requires_grad_(id(p) in trainable)
+        groups = [{"params": gist_params, "lr": self.cfg.lr_gist}]
+        if body:
+            groups.append({"params": body, "lr": self.cfg.lr_body})
+        return groups
+
+    # ---------------------------------------------------------------------------------- batches
+    def _capped_text(self, item_id: str, cap: int) -> str:
+        """Item text cut to `cap` tokens (length curriculum); the full text when the cap is the max."""
+        text = self.data.items[item_id].text
+        if cap >= self.cfg.gist.max_item_tokens:
+            return text
+        if item_id not in self._token_ids:
+            self._token_ids[item_id] = self.model.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.model.tokenizer.decode(self._token_ids[item_id][: cap - 1])
+
+    def _sample(self, query_id: str) -> list[tuple[str, int]]:
+        """Every relevant candidate of the query (up to the budget), the rest drawn from its negatives."""
+        cands = self.data.candidates(query_id)
+        pos = [c for c in cands if c[1] > 0]
+        neg = [c for c in cands if c[1] == 0]
+        n = self.cfg.candidates_per_query
+        chosen = self.rng.sample(pos, min(len(pos), n - 1)) if len(pos) >= n else pos
+        chosen += self.rng.sample(neg, min(len(neg), n - len(chosen)))
+        return chosen
+
+    # ------------------------------------------------------------------------------------ steps
+    def train_step(self) -> dict[str, float]:
+        cfg, model = self.cfg, self.model
+        model.train()
+        vis = item_visibility(cfg, self.step)
+        cap = item_token_cap(cfg, self.step)
+        parts: dict[str, torch.Tensor] = {}
+        items_seen: list[str] = []
+        for query in self.rng.sample(self.queries, min(cfg.queries_per_step, len(self.queries))):
+            cands = self._sample(query.query_id)
+            texts = [self._capped_text(item_id, cap) for item_id, _ in cands]
+            items_seen += [item_id for item_id, _ in cands]
+            labels = torch.tensor([float(label) for _, label in cands], device=model.device)
+            if cfg.role == "teacher":
+                scores = model.score_full(query.text, texts)
+            else:
+                scores = model.score_masked(query.text, texts, item_visibility=vis)
+            if cfg.listwise:
+                _add(parts, "listwise", cfg.listwise * listwise_loss(scores, labels))
+            if cfg.pointwise:
+                bce = torch.nn.functional.binary_cross_entropy_with_logits(scores, labels / labels.max())
+                _add(parts, "pointwise", cfg.pointwise * bce)
+            if self.teacher is not None:
+                with torch.no_grad():
+                    reference = self.teacher.score_full(query.text, texts)
+                _add(parts, "distill", cfg.distill * distill_loss(scores, reference, cfg.distill_temperature))
+        n_queries = min(cfg.queries_per_step, len(self.queries))
+        loss = sum(parts.values()) / n_queries
+        if cfg.autoencode and cfg.role == "student":
+            unique = list(dict.fromkeys(items_seen))[: cfg.autoencode_items]
+            ae = model.autoencode_loss(
+                [self._capped_text(i, cap) for i in unique], cfg.autoencode_tokens, vis
+            )
+            parts["autoencode"] = cfg.autoencode * ae * n_queries  # reported per step like the others
+            loss = loss + cfg.autoencode * ae
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
+        self.optimizer.step()
+        self.step += 1
+        model.eval()
+        record = {name: float(v.detach()) / n_queries for name, v in parts.items()}
+        return {
+            "step": self.step,
+            "loss": float(loss.detach()),
+            "item_visibility": vis,
+            "item_cap": cap,
+        } | record
+
+    def fit(self, progress: bool = True) -> list[dict[str, float]]:
+        curve_path = self.out / "curve.jsonl"
+        self.out.mkdir(parents=True, exist_ok=True)
+        curve = []
+        bar = tqdm(
+            total=self.cfg.steps, initial=self.step, desc=f"train {self.cfg.role}", disable=not progress
+        )
+        with curve_path.open("a") as log:
+            while self.step < self.cfg.steps:
+                record = self.train_step()
+                curve.append(record)
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.3f}")
+                if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                    self.save_checkpoint()
+        bar.close()
+        return curve
+
+    # ------------------------------------------------------------------------- checkpoint/resume
+    def save_checkpoint(self) -> Path:
+        """`out/checkpoint` (a loadable GistRank checkpoint) + optimizer moments and trainer state."""
+        ckpt = self.out / "checkpoint"
+        # the body must travel with the checkpoint once it differs from the referenced base: trained
+        # here, or inherited from a checkpoint that stored its own (a warm start from the teacher)
+        inherited = self.cfg.init is not None and (Path(self.cfg.init) / "base").is_dir()
+        self.model.save_pretrained(ckpt, store_base=self.cfg.train_body or inherited)
+        moments = {
+            f"{index}.{key}": value.detach().cpu().contiguous()
+            for index, entry in self.optimizer.state_dict()["state"].items()
+            for key, value in entry.items()
+        }
+        save_file(moments, self.out / OPTIM_FILE)
+        state = {"step": self.step, "rng": list(self.rng.getstate()[1]), "config": self.cfg.model_dump()}
+        (self.out / STATE_FILE).write_text(json.dumps(state) + "\n")
+        return ckpt
+
+    @classmethod
+    def resume(cls, out: Path, data: RelevanceSet, device: str | None = None) -> Trainer:
+        state = json.loads((Path(out) / STATE_FILE).read_text())
+        cfg = TrainConfig(**state["config"])
+        trainer = cls(cfg.model_copy(update={"init": str(Path(out) / "checkpoint")}), data, out, device)
+        trainer.cfg = cfg
+        trainer.step = state["step"]
+        trainer.rng.setstate((3, tuple(state["rng"]), None))
+        optim = trainer.optimizer.state_dict()
+        for name, value in load_file(Path(out) / OPTIM_FILE, device=str(trainer.model.device)).items():
+            index, key = name.split(".", 1)
+            optim["state"].setdefault(int(index), {})[key] = value
+        trainer.optimizer.load_state_dict(optim)
+        return trainer
+
+
+def _add(parts: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
+    parts[name] = parts[name] + value if name in parts else value
