@@ -313,6 +313,25 @@ class GistReranker(nn.Module):
             losses.append(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
         return torch.stack(losses).sum() / sum(len(t) for t in targets)
 
+    def _last_kv(self, rows: list[torch.Tensor], n: int) -> torch.Tensor:
+        """Run left-padded rows of embeddings causally; K/V of each row's last n positions →
+        (B, L, 2, H_kv, n, h). Left padding puts those n slots at the same place in every row."""
+        seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
+        total = int(seq_lens.max())
+        embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
+        positions, allowed = layout.left_padded(seq_lens, total)
+        result = self._decoder()(
+            inputs_embeds=embeds,
+            position_ids=positions,
+            attention_mask=layout.additive(allowed, self.dtype),
+            use_cache=True,
+        )
+        # every layer's K/V: (B, H_kv, S, h)
+        kv = torch.stack(
+            [torch.stack([lay.keys[:, :, -n:], lay.values[:, :, -n:]]) for lay in result.cache.layers]
+        )
+        return kv.permute(2, 0, 1, 3, 4, 5)  # (B, L, 2, H_kv, n, h)
+
     @torch.inference_mode()
     def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
         """Compress items into per-layer gist K/V, `batch_size` items per forward (sorted by length so
@@ -327,28 +346,28 @@ class GistReranker(nn.Module):
         for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
             idx = order[start : start + batch_size]
             rows = [torch.cat([self._embed(item_ids[i]), self.gist_embeddings]) for i in idx]
-            seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
-            total = int(seq_lens.max())
-            embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
-            positions, allowed = layout.left_padded(seq_lens, total)
-            result = self._decoder()(
-                inputs_embeds=embeds,
-                position_ids=positions,
-                attention_mask=layout.additive(allowed, self.dtype),
-                use_cache=True,
-            )
-            layers = result.cache.layers
-            # every layer's K/V: (B, H_kv, S, h); the gists are the last k slots of every row
-            kv = torch.stack([torch.stack([lay.keys[:, :, -k:], lay.values[:, :, -k:]]) for lay in layers])
-            kv = kv.permute(2, 0, 1, 3, 4, 5)  # (B, L, 2, H_kv, k, h)
+            kv = self._last_kv(rows, k)
             for row, i in enumerate(idx):
                 out[i] = GistKV(
-                    kv=kv[row].clone(),
-                    fingerprint=fingerprint,
-                    item_tokens=len(item_ids[i]),
-                    truncated=truncated[i],
+                    kv[row].clone(), fingerprint, item_tokens=len(item_ids[i]), truncated=truncated[i]
                 )
         return out  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def compress_prefix(self, items: Sequence[str], batch_size: int = 16) -> list[GistKV]:
+        """Baseline at the same budget: the K/V of each item's first k tokens in place of the gists —
+        plain prefix caching cut to k positions. Stored like gists (item_tokens = 0: the K/V sits at
+        positions 0…k-1 and the query follows at k), so `score` serves it unchanged."""
+        item_ids, _ = self._item_ids(items)
+        k = self.gist.num_gist
+        short = [i for i, ids in enumerate(item_ids) if len(ids) < k]
+        if short:
+            raise EmptyInputError(f"items {short} have fewer than k={k} tokens: no prefix of that budget")
+        out: list[GistKV] = []
+        for start in range(0, len(item_ids), batch_size):
+            kv = self._last_kv([self._embed(ids[:k]) for ids in item_ids[start : start + batch_size]], k)
+            out += [GistKV(row.clone(), self.fingerprint, item_tokens=0) for row in kv]
+        return out
 
     def check_kv(self, kvs: Sequence[GistKV]) -> None:
         """Refuse K/V that this model did not produce or that does not fit its shape, dtype or limits."""
@@ -363,9 +382,9 @@ class GistReranker(nn.Module):
                 raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
             if x.kv.dtype != self.dtype:
                 raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.dtype}")
-            if not 1 <= x.item_tokens <= self.gist.max_item_tokens:
+            if not 0 <= x.item_tokens <= self.gist.max_item_tokens:
                 raise KVFormatError(
-                    f"candidate {i}: item_tokens={x.item_tokens} outside 1..{self.gist.max_item_tokens}"
+                    f"candidate {i}: item_tokens={x.item_tokens} outside 0..{self.gist.max_item_tokens}"
                 )
 
     @torch.inference_mode()

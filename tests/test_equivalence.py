@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import ITEMS, QUERY
 
-from reranker import GistConfig, GistReranker
+from reranker import EmptyInputError, GistConfig, GistReranker
 
 
 def assert_scores_equal(online: torch.Tensor, reference: torch.Tensor) -> None:
@@ -66,3 +66,22 @@ def test_score_full_is_a_different_forward(tiny_model: GistReranker) -> None:
     masked = tiny_model.score_masked(QUERY, ITEMS)
     assert full.shape == masked.shape == (len(ITEMS),)
     assert not torch.allclose(full, masked, rtol=1e-3)
+
+
+def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> None:
+    """The matched-budget baseline equals a plain causal forward of (first k item tokens + query)."""
+    k = tiny_model.gist.num_gist
+    items = [item for item in ITEMS if item != "kettle"]  # at least k tokens each
+    kvs = tiny_model.compress_prefix(items)
+    assert all(kv.item_tokens == 0 and kv.num_gist == k for kv in kvs)
+    item_ids, _ = tiny_model._item_ids(items)
+    q = tiny_model._query_tail(QUERY)
+    rows = [torch.cat([tiny_model._embed(ids[:k]), q]) for ids in item_ids]
+    with torch.no_grad():
+        reference = tiny_model._score_last(*tiny_model._forward_rows(rows, None))
+    assert_scores_equal(tiny_model.score(QUERY, kvs), reference)
+
+
+def test_prefix_baseline_needs_k_tokens(tiny_model: GistReranker) -> None:
+    with pytest.raises(EmptyInputError, match=r"items \[1\] have fewer than k=4 tokens"):
+        tiny_model.compress_prefix(ITEMS)

@@ -66,7 +66,7 @@ def test_malformed_kv_is_refused(tiny_model: GistReranker) -> None:
     bad = {
         "dtype": dataclasses.replace(kv, kv=kv.kv.to(torch.bfloat16)),
         "shape": dataclasses.replace(kv, kv=kv.kv[:, :, :, :2]),
-        "positions": dataclasses.replace(kv, item_tokens=0),
+        "positions": dataclasses.replace(kv, item_tokens=-1),
         "too far": dataclasses.replace(kv, item_tokens=tiny_model.gist.max_item_tokens + 1),
     }
     for what, wrong in bad.items():
