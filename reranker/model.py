@@ -76,20 +76,28 @@ class GistReranker(nn.Module):
                 f"max_position_embeddings={cfg.max_position_embeddings}"
             )
 
-        emb = lm.get_input_embeddings().weight.detach().float()
-        g = torch.Generator().manual_seed(_INIT_SEED)
-        mean, std = emb.mean(0), emb.std(0)
-        # Mean embedding plus a small distinct offset per gist: starts on-distribution, yet the gists
-        # are distinguishable before any training.
-        noise = torch.randn(gist.num_gist + 1, hidden, generator=g) * (0.1 * std)
-        init = (mean + noise).to(device=lm.device, dtype=gist.torch_dtype)
-        self.gist_embeddings = nn.Parameter(init[: gist.num_gist].clone())  # (k, D)
-        self.score_embedding = nn.Parameter(init[gist.num_gist :].clone())  # (1, D)
+        self.gist_embeddings = nn.Parameter(self.initial_gist_embeddings(lm, gist))  # (k, D)
+        g = torch.Generator().manual_seed(_INIT_SEED + 1)
+        self.score_embedding = nn.Parameter(self._mean_plus_noise(lm, 1, g).to(gist.torch_dtype))  # (1, D)
         self.head = nn.Linear(hidden, 1, device=lm.device, dtype=gist.torch_dtype)
         with torch.no_grad():
             self.head.weight.copy_(torch.randn(1, hidden, generator=g) / hidden**0.5)
             self.head.bias.zero_()
         self._fingerprint: tuple[int, str] | None = None
+
+    @staticmethod
+    def _mean_plus_noise(lm: nn.Module, n: int, g: torch.Generator) -> torch.Tensor:
+        """n rows of mean input embedding + a small distinct offset each: on-distribution, yet
+        distinguishable before any training."""
+        emb = lm.get_input_embeddings().weight.detach().float()
+        noise = torch.randn(n, emb.shape[1], generator=g) * (0.1 * emb.std(0))
+        return (emb.mean(0) + noise).to(emb.device)
+
+    @classmethod
+    def initial_gist_embeddings(cls, lm: nn.Module, gist: GistConfig) -> torch.Tensor:
+        """The seeded untrained gists of `lm` — also the "untrained gists" baseline of the evaluation."""
+        g = torch.Generator().manual_seed(_INIT_SEED)
+        return cls._mean_plus_noise(lm, gist.num_gist, g).to(gist.torch_dtype)
 
     # ----------------------------------------------------------------------------------- loading
     @classmethod

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import tiny_relevance_set
 
 from reranker import GistConfig, GistReranker
-from reranker.relevance_data import Item, Judgment, Query, RelevanceSet
+from reranker.relevance_data import RelevanceSet
 from reranker.train import TrainConfig, Trainer, item_token_cap, item_visibility, listwise_loss
 
 GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
@@ -16,29 +17,7 @@ GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
 
 @pytest.fixture(scope="module")
 def data() -> RelevanceSet:
-    """Four items, two queries each of which has one exact, one partial and two irrelevant items."""
-    items = {
-        f"i{n}": Item(item_id=f"i{n}", title=title, attributes=attrs, description="Warranty: 2 years. " * 3)
-        for n, (title, attrs) in enumerate(
-            [
-                ("Acme phone", {"storage": "256GB", "year": 2023}),
-                ("Acme phone", {"storage": "128GB", "year": 2023}),
-                ("Steel kettle", {"capacity": "1.7 L"}),
-                ("Headphones", {"colour": "black"}),
-            ]
-        )
-    }
-    queries = [
-        Query(query_id="q0", text="phone 256GB", split="train"),
-        Query(query_id="q1", text="kettle 1.7 L", split="train"),
-    ]
-    labels = {"q0": [2, 1, 0, 0], "q1": [0, 0, 2, 1]}
-    judgments = [
-        Judgment(query_id=q, item_id=f"i{n}", label=lab)
-        for q, row in labels.items()
-        for n, lab in enumerate(row)
-    ]
-    return RelevanceSet(items=items, queries=queries, judgments=judgments)
+    return tiny_relevance_set()
 
 
 def config(tiny_base: Path, **overrides: object) -> TrainConfig:

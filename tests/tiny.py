@@ -11,6 +11,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from reranker.relevance_data import Item, Judgment, Query, RelevanceSet
+
 CORPUS = [
     "Acme UltraPhone 15 Pro 256GB titanium blue, 2023 model, part number AP-15P-256-BL.",
     "Query: wireless noise cancelling headphones over-ear 2021 black",
@@ -60,3 +62,30 @@ def build_tiny_base(directory: Path, arch: str = "llama", seed: int = 0) -> Path
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def tiny_relevance_set() -> RelevanceSet:
+    """Four items, two train and two test queries, each with one exact, one partial, two irrelevant."""
+    specs = [
+        ("Acme phone", {"storage": "256GB", "year": 2023}),
+        ("Acme phone", {"storage": "128GB", "year": 2023}),
+        ("Steel kettle", {"capacity": "1.7 L"}),
+        ("Headphones", {"colour": "black"}),
+    ]
+    items = {
+        f"i{n}": Item(item_id=f"i{n}", title=title, attributes=attrs, description="Warranty: 2 years. " * 3)
+        for n, (title, attrs) in enumerate(specs)
+    }
+    queries = [
+        Query(query_id="q0", text="phone 256GB", split="train"),
+        Query(query_id="q1", text="kettle 1.7 L", split="train"),
+        Query(query_id="q2", text="Acme phone 128GB", split="test", hard=True),
+        Query(query_id="q3", text="black headphones", split="test"),
+    ]
+    labels = {"q0": [2, 1, 0, 0], "q1": [0, 0, 2, 1], "q2": [1, 2, 0, 0], "q3": [0, 0, 0, 2]}
+    judgments = [
+        Judgment(query_id=q, item_id=f"i{n}", label=label)
+        for q, row in labels.items()
+        for n, label in enumerate(row)
+    ]
+    return RelevanceSet(items=items, queries=queries, judgments=judgments)

@@ -1,0 +1,68 @@
+"""Evaluation protocol: BM25 by hand, and a tiny end-to-end train + eval whose report has every field."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tiny import tiny_relevance_set
+
+from reranker.config import GistConfig
+from reranker.evaluate import METRICS, bm25_scores, evaluate
+from reranker.train import TrainConfig, Trainer
+
+
+def test_bm25_by_hand() -> None:
+    docs = ["phone 256gb blue", "phone 128gb", "kettle"]
+    scores = bm25_scores("phone 256GB", docs, k1=1.5, b=0.75)
+    avg = 6 / 3
+    idf_phone = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    idf_256 = math.log(1 + (3 - 1 + 0.5) / (1 + 0.5))
+
+    def term(idf: float, doc_len: int) -> float:
+        return idf * 1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * doc_len / avg))
+
+    assert math.isclose(scores[0], term(idf_phone, 3) + term(idf_256, 3), rel_tol=1e-12)
+    assert math.isclose(scores[1], term(idf_phone, 2), rel_tol=1e-12)
+    assert scores[2] == 0.0
+
+
+def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) -> None:
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    common = dict(base=str(tiny_base), gist=gist, steps=4, queries_per_step=2, candidates_per_query=4)
+    Trainer(TrainConfig(role="teacher", **common), data, tmp_path / "teacher", device="cpu").fit(
+        progress=False
+    )
+    students = []
+    for k in (2, 4):
+        cfg = TrainConfig(
+            role="student", train_body=False, **(common | {"gist": gist.model_copy(update={"num_gist": k})})
+        )
+        Trainer(cfg, data, tmp_path / f"student{k}", device="cpu").fit(progress=False)
+        students.append(tmp_path / f"student{k}" / "checkpoint")
+    out = tmp_path / "eval"
+    result = evaluate(data, tmp_path / "teacher" / "checkpoint", students, out, device="cpu")
+
+    systems = {"teacher", "bm25", "no item"} | {
+        f"{s} k={k}" for s in ("gist", "untrained gists", "prefix") for k in (2, 4)
+    }
+    assert set(result["summary"]) == systems
+    assert len(result["records"]) == len(systems) * 2  # two test queries
+    teacher = result["summary"]["teacher"]["all"]
+    assert teacher["recall@1"] == teacher["recall@5"] == 1.0  # the reference agrees with itself
+    for system, s in result["summary"].items():
+        assert set(METRICS) <= set(s["all"]), system
+        assert all(0.0 <= s["all"][m] <= 1.0 for m in METRICS)
+        assert s["hard"] is not None and s["hard"]["n"] == 1
+        assert s["by_length_quartile"]
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["summary"] == result["summary"]
+    report = (out / "report.md").read_text()
+    assert all(system in report for system in systems)
+    assert {p.name for p in out.glob("*.png")} == {
+        "recall_at_5_vs_k.png",
+        "recall_at_10_vs_k.png",
+        "ndcg_at_10_vs_k.png",
+    }
