@@ -41,5 +41,71 @@ def bench(
     run_score_bench(base, candidates, query_tokens, js, num_gist, dtype, repeats, out)
 
 
+Data = Annotated[
+    str, typer.Option(help="'synthetic' (seeded generator) or a relevance file (JSONL/CSV) / saved set dir")
+]
+
+
+def _load_data(data: str, seed: int, products: int, max_item_tokens: int):  # -> RelevanceSet
+    from reranker.data_synth import generate
+    from reranker.relevance_data import RelevanceSet, load_relevance_file
+
+    if data == "synthetic":
+        return generate(seed, products, queries_per_product=4, length_tokens=(100, max(120, max_item_tokens)))
+    path = Path(data)
+    return RelevanceSet.load_jsonl(path) if path.is_dir() else load_relevance_file(path)
+
+
+@app.command()
+def train(
+    out: Annotated[Path, typer.Option(help="run folder: checkpoint/, curve.jsonl, trainer state")],
+    role: Annotated[str, typer.Option(help="teacher | student")] = "student",
+    base: Base = DEFAULT_BASE,
+    data: Data = "synthetic",
+    seed: int = 0,
+    products: Annotated[int, typer.Option(help="synthetic catalog size (product families)")] = 200,
+    num_gist: NumGist = 8,
+    max_item_tokens: int = 512,
+    dtype: DType = "auto",
+    config: Annotated[Path | None, typer.Option(help="JSON file of further TrainConfig fields")] = None,
+    resume: Annotated[bool, typer.Option(help="continue the run saved in --out")] = False,
+) -> None:
+    """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
+    import json
+
+    from reranker.config import GistConfig, resolve_dtype
+    from reranker.train import TrainConfig, Trainer
+
+    relevance = _load_data(data, seed, products, max_item_tokens)
+    if resume:
+        trainer = Trainer.resume(out, relevance)
+    else:
+        gist = GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype))
+        extra = json.loads(config.read_text()) if config else {}
+        cfg = TrainConfig(**({"role": role, "base": base, "gist": gist, "seed": seed} | extra))
+        trainer = Trainer(cfg, relevance, out)
+    curve = trainer.fit()
+    typer.echo(f"{len(curve)} steps, last loss {curve[-1]['loss']:.4f}; checkpoint: {out / 'checkpoint'}")
+
+
+@app.command(name="eval")
+def evaluate(
+    teacher: Annotated[Path, typer.Option(help="teacher checkpoint (the reference ranking)")],
+    student: Annotated[list[Path], typer.Option(help="student checkpoint; repeat for the k sweep")],
+    out: Annotated[Path, typer.Option(help="report folder")] = Path("runs/eval"),
+    data: Data = "synthetic",
+    seed: int = 0,
+    products: int = 200,
+    max_item_tokens: int = 512,
+    split: str = "test",
+) -> None:
+    """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
+    from reranker.evaluate import evaluate as run_eval
+
+    result = run_eval(_load_data(data, seed, products, max_item_tokens), teacher, student, out, split=split)
+    typer.echo((out / "report.md").read_text())
+    typer.echo(f"{result['queries']} queries; wrote {out}/results.json, report.md and plots")
+
+
 if __name__ == "__main__":
     app()

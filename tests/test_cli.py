@@ -35,3 +35,22 @@ def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path) -> 
         assert abs(r["mean_item_tokens"] - r["item_tokens"]) <= 2
         assert r["ideal_speedup"] == (r["mean_item_tokens"] + r["online_tokens"]) / r["online_tokens"]
         assert r["speedup"] == r["gist_candidates_per_s"] / r["full_candidates_per_s"]
+
+
+def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
+    """`gistrank train` on a generated synthetic set, then `gistrank eval` of the student."""
+    common = ["--data", "synthetic", "--products", "4", "--max-item-tokens", "64"]
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"steps": 2, "queries_per_step": 1, "candidates_per_query": 3, "train_body": False}))
+    for role in ("teacher", "student"):
+        args = ["train", "--out", str(tmp_path / role), "--role", role, "--base", str(tiny_base)]
+        args += ["--num-gist", "2", "--dtype", "float32", "--config", str(cfg), *common]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "2 steps" in result.output
+    args = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint")]
+    args += ["--student", str(tmp_path / "student" / "checkpoint"), "--out", str(tmp_path / "eval"), *common]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "| gist k=2 |" in result.output
+    assert (tmp_path / "eval" / "results.json").is_file()
