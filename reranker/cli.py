@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
+from reranker.serving.cli import rerank, serve
+from streaming.cli import catalog_app, consume, materialize, publish
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.add_typer(catalog_app, name="catalog")
+for command in (publish, consume, materialize, serve, rerank):
+    app.command()(command)
 
 Base = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
 NumGist = Annotated[int, typer.Option(help="k gist tokens per item")]

@@ -41,7 +41,8 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     """`gistrank train` on a generated synthetic set, then `gistrank eval` of the student."""
     common = ["--data", "synthetic", "--products", "4", "--max-item-tokens", "64"]
     cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({"steps": 2, "queries_per_step": 1, "candidates_per_query": 3, "train_body": False}))
+    fields = {"steps": 2, "queries_per_step": 1, "candidates_per_query": 3, "train_body": False}
+    cfg.write_text(json.dumps(fields))
     for role in ("teacher", "student"):
         args = ["train", "--out", str(tmp_path / role), "--role", role, "--base", str(tiny_base)]
         args += ["--num-gist", "2", "--dtype", "float32", "--config", str(cfg), *common]

@@ -1,0 +1,144 @@
+"""`gistrank serve` and `gistrank rerank`: plain functions with typer-annotated options.
+
+Registered as commands by reranker/cli.py (`app.command()(serve)`); heavy imports stay inside them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+Port = Annotated[int, typer.Option(help="0 = pick a free port")]
+
+
+def serve(
+    model: Annotated[str, typer.Option(help="GistRank checkpoint folder, base alias or HF folder")] = (
+        "smollm2-135m-instruct"
+    ),
+    catalog_url: Annotated[
+        str, typer.Option(help="catalog DB (recompute source)")
+    ] = "sqlite:///var/catalog.db",
+    full_model: Annotated[
+        str | None, typer.Option(help="shadow's full-context model; default --model")
+    ] = None,
+    feast_online: Annotated[str, typer.Option(help="sqlite | redis | none")] = "sqlite",
+    feast_dir: Annotated[
+        str, typer.Option(help="Feast data dir; default $GISTRANK_FEAST_DIR or var/feast")
+    ] = "",
+    redis_url: Annotated[str, typer.Option(help="for --feast-online redis")] = "",
+    feast_retry_s: Annotated[float, typer.Option(help="after a Feast failure, recompute this long")] = 5.0,
+    l1_bytes: Annotated[int, typer.Option(help="L1 cache bound, bytes of K/V")] = 256 * 1024 * 1024,
+    l1_ttl_s: Annotated[float, typer.Option(help="L1 entry lifetime, seconds")] = 300.0,
+    shadow_rate: Annotated[
+        float, typer.Option(help="fraction of requests also scored by the full model")
+    ] = 0.02,
+    max_candidates: Annotated[int, typer.Option(help="most item ids per request")] = 200,
+    kv_storage_dtype: Annotated[str, typer.Option(help="write-back K/V dtype; default the model's")] = "",
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    num_threads: Annotated[int, typer.Option(help="torch threads per model process; 0 = torch default")] = 0,
+    host: Annotated[str, typer.Option(help="address every endpoint binds to")] = "127.0.0.1",
+    http_port: Port = 8000,
+    grpc_port: Port = 8001,
+    metrics_port: Annotated[int, typer.Option(help="Triton's nv_inference_* metrics; 0 = free port")] = 8002,
+    model_metrics_port: Annotated[int, typer.Option(help="gistrank_* metrics; 0 = free port")] = 8003,
+    workdir: Annotated[str, typer.Option(help="runtime repository and log; default a temporary dir")] = "",
+    startup_timeout_s: Annotated[float, typer.Option(help="give up if not ready by then")] = 600.0,
+) -> None:
+    """Run tritonserver with the gist_reranker and full_reranker models until SIGTERM or Ctrl-C."""
+    from reranker.serving.server import ServerError, ServerSettings, TritonServer
+
+    server = TritonServer(
+        ServerSettings(
+            model_path=model,
+            catalog_url=catalog_url,
+            full_model_path=full_model,
+            feast_online=feast_online,
+            feast_dir=feast_dir,
+            redis_url=redis_url,
+            feast_retry_s=feast_retry_s,
+            l1_bytes=l1_bytes,
+            l1_ttl_s=l1_ttl_s,
+            shadow_rate=shadow_rate,
+            max_candidates=max_candidates,
+            kv_storage_dtype=kv_storage_dtype,
+            device=device,
+            num_threads=num_threads,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            model_metrics_port=model_metrics_port,
+            workdir=workdir,
+        )
+    )
+    # SIGTERM raises KeyboardInterrupt as Ctrl-C does: it leaves whatever serve waits on, start included.
+    handlers = {
+        sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        started = time.monotonic()
+        server.start(startup_timeout_s)
+        typer.echo(
+            f"ready in {time.monotonic() - started:.1f} s: HTTP {server.http_url}, gRPC {server.grpc_url}, "
+            f"metrics {server.metrics_url} and {server.model_metrics_url} (log {server.log_path})"
+        )
+        while server.running:
+            time.sleep(1.0)
+        typer.echo(f"tritonserver exited unexpectedly:\n{server.log_tail()}", err=True)
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        typer.echo("stopping tritonserver")
+    except ServerError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        for sig in handlers:  # a second signal must not interrupt the orderly stop
+            signal.signal(sig, signal.SIG_IGN)
+        server.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def rerank(
+    query: Annotated[str, typer.Argument(help="the search query")],
+    item_ids: Annotated[list[str], typer.Argument(help="candidate item ids")],
+    url: Annotated[
+        str | None, typer.Option(help="host:port; default 127.0.0.1:8000 (http) / :8001 (grpc)")
+    ] = None,
+    protocol: Annotated[str, typer.Option(help="http | grpc")] = "http",
+    model: Annotated[str, typer.Option(help="gist_reranker, or full_reranker for the full-context model")] = (
+        "gist_reranker"
+    ),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON in request order instead of a ranking")
+    ] = False,
+    timeout_s: Annotated[float, typer.Option(help="request timeout, seconds")] = 60.0,
+) -> None:
+    """Score ITEM_IDS for QUERY on a running server; print them best first (errors last)."""
+    from reranker.serving.client import RerankClient, RerankError
+
+    if protocol not in ("http", "grpc"):
+        raise typer.BadParameter("must be http or grpc", param_hint="--protocol")
+    try:
+        with RerankClient(url, protocol, model, timeout_s) as client:  # type: ignore[arg-type]
+            candidates = client.rerank(query, item_ids)
+    except RerankError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        rows = [
+            {"item_id": c.item_id, "score": c.score if c.scored else None, "status": c.status}
+            for c in candidates
+        ]
+        json.dump(rows, sys.stdout, ensure_ascii=False, indent=2)
+        typer.echo()
+        return
+    ranked = sorted(candidates, key=lambda c: (not c.scored, -c.score if c.scored else 0.0))
+    for rank, c in enumerate(ranked, start=1):
+        score = f"{c.score:10.4f}" if c.scored else f"{'-':>10}"
+        typer.echo(f"{rank:3d}  {score}  {c.status:<19}  {c.item_id}")

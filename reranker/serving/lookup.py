@@ -1,0 +1,320 @@
+"""Where a candidate's gist K/V comes from: L1 in-process LRU → Feast online store → recompute.
+
+* L1 holds decoded `GistKV`s keyed by item id, bounded in bytes of K/V (`ByteLRU`). Entries expire after
+  a TTL: the cache has no invalidation channel, so the TTL bounds how long an item changed in the catalog
+  (and re-materialised in Feast by the consumer) can still be served from its old K/V.
+* L2 is ONE batched `GistStore.read` for all L1 misses of a request. A row is used only if its
+  fingerprint is this model's and its blob decodes and fits the model; anything else is a miss that is
+  recomputed and counted by reason (`monitoring.serving_metrics.RECOMPUTES`), never used.
+  When the store is unavailable, every miss recomputes and the store is not asked again for
+  `feast_retry_s`, so an outage costs one failed call per interval, not one per request.
+* L3 reads the items from the catalog, renders them and compresses them in one batched `compress`.
+  The result goes into L1 at once and to Feast through a background write-back (`FeastWriteBack`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from monitoring.serving_metrics import (
+    CACHE_HITS,
+    CACHE_MISSES,
+    L1_BYTES,
+    L1_ENTRIES,
+    L1_EVICTIONS,
+    RECOMPUTES,
+    WRITEBACKS,
+)
+from reranker import kv_codec
+from reranker.errors import GistRankError
+from reranker.kv import GistKV
+from reranker.render import render_item
+from reranker.serving.status import Status
+from reranker.serving.worker import BackgroundWorker
+from streaming.gist_store import FeatureStoreUnavailableError, GistRow, GistStore
+
+logger = logging.getLogger(__name__)
+
+
+class Model(Protocol):
+    """What the lookup needs of `GistReranker`."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def dtype(self) -> Any: ...
+
+    def compress(self, items: Sequence[str], batch_size: int = ...) -> list[GistKV]: ...
+
+    def check_kv(self, kvs: Sequence[GistKV]) -> None: ...
+
+
+class CatalogItem(Protocol):
+    title: str
+    attributes: dict[str, Any]
+    description: str
+    content_hash: str
+    version: int
+
+
+class ItemSource(Protocol):
+    """What the lookup needs of `streaming.catalog.Catalog`."""
+
+    def get(self, item_ids: Sequence[str]) -> Mapping[str, CatalogItem]: ...
+
+
+# ------------------------------------------------------------------------------------------------ L1
+@dataclass
+class _Entry:
+    kv: GistKV
+    nbytes: int
+    expires: float
+
+
+class ByteLRU:
+    """Least-recently-used map item id → GistKV holding at most `max_bytes` of K/V tensor data.
+
+    An entry larger than the whole bound is not cached at all (it would evict everything for nothing).
+    Entries older than `ttl_s` are treated as absent. Not thread-safe: one Triton model instance runs
+    one request at a time, and only the request path touches L1.
+    """
+
+    def __init__(self, max_bytes: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_bytes < 0 or ttl_s <= 0:
+            raise ValueError(f"need max_bytes >= 0 and ttl_s > 0, got {max_bytes}, {ttl_s}")
+        self.max_bytes = max_bytes
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> GistKV | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires <= self._clock():
+            self._remove(key)
+            L1_EVICTIONS.inc()
+            self._publish()
+            return None
+        self._entries.move_to_end(key)
+        return entry.kv
+
+    def put(self, key: str, kv: GistKV) -> bool:
+        """Insert (or replace) `key`; evicts least recently used entries to fit. False if too big to cache."""
+        if key in self._entries:
+            self._remove(key)
+        size = kv.nbytes
+        stored = size <= self.max_bytes
+        if stored:
+            self._entries[key] = _Entry(kv, size, self._clock() + self.ttl_s)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes:
+                self._remove(next(iter(self._entries)))
+                L1_EVICTIONS.inc()
+        self._publish()
+        return stored
+
+    def _remove(self, key: str) -> None:
+        self.nbytes -= self._entries.pop(key).nbytes
+
+    def _publish(self) -> None:
+        L1_BYTES.set(self.nbytes)
+        L1_ENTRIES.set(len(self._entries))
+
+
+# ---------------------------------------------------------------------------------------- write-back
+@dataclass(frozen=True)
+class WriteBackJob:
+    item_id: str
+    kv: GistKV
+    content_hash: str  # of the catalog text that was compressed
+    version: int  # the catalog version it was read at: the store keeps the newest version
+
+
+class FeastWriteBack:
+    """Encodes recomputed K/V and writes it to Feast on a background thread, counting every row's fate.
+
+    `GistStore.write` keeps only rows newer than what is stored, so a write-back racing the consumer's
+    fresher row is skipped rather than winning.
+    """
+
+    def __init__(self, store: GistStore, storage_dtype: str | None = None, maxsize: int = 64) -> None:
+        if storage_dtype is not None and storage_dtype not in kv_codec.STORAGE_DTYPES:
+            raise ValueError(f"storage_dtype {storage_dtype!r} is not one of {list(kv_codec.STORAGE_DTYPES)}")
+        self._store = store
+        self._storage_dtype = storage_dtype
+        self._worker: BackgroundWorker[list[WriteBackJob]] = BackgroundWorker(
+            "feast-writeback", self._write, maxsize
+        )
+
+    def submit(self, jobs: list[WriteBackJob]) -> None:
+        if jobs and not self._worker.submit(jobs):
+            WRITEBACKS.labels(result="dropped").inc(len(jobs))
+
+    def drain(self, timeout: float) -> bool:
+        return self._worker.drain(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._worker.close(timeout)
+
+    def _write(self, jobs: list[WriteBackJob]) -> None:
+        rows = [
+            GistRow(
+                item_id=job.item_id,
+                kv=kv_codec.encode(job.kv, job.content_hash, self._storage_dtype),
+                fingerprint=job.kv.fingerprint,
+                num_gist=job.kv.num_gist,
+                item_tokens=job.kv.item_tokens,
+                content_hash=job.content_hash,
+                version=job.version,
+            )
+            for job in jobs
+        ]
+        try:
+            result = self._store.write(rows)
+        except FeatureStoreUnavailableError as e:
+            logger.warning("feast write-back of %d rows failed: %s", len(rows), e)
+            WRITEBACKS.labels(result="failed").inc(len(rows))
+            return
+        WRITEBACKS.labels(result="written").inc(len(result.written))
+        WRITEBACKS.labels(result="skipped").inc(len(result.skipped))
+
+
+# -------------------------------------------------------------------------------------------- lookup
+@dataclass(frozen=True)
+class Resolved:
+    status: Status
+    kv: GistKV | None = None  # None exactly when status is an error
+
+
+class KVLookup:
+    def __init__(
+        self,
+        model: Model,
+        l1: ByteLRU,
+        catalog: ItemSource,
+        store: GistStore | None = None,
+        writeback: FeastWriteBack | None = None,
+        compress_batch: int = 16,
+        feast_retry_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.model = model
+        self.l1 = l1
+        self.catalog = catalog
+        self.store = store
+        self.writeback = writeback
+        self.compress_batch = compress_batch
+        self.feast_retry_s = feast_retry_s
+        self._clock = clock
+        self._feast_down_until = float("-inf")
+
+    def fetch(self, item_ids: Sequence[str]) -> dict[str, Resolved]:
+        """The K/V (or the error) of every distinct id in `item_ids`."""
+        out: dict[str, Resolved] = {}
+        misses: list[str] = []
+        for item_id in dict.fromkeys(item_ids):
+            kv = self.l1.get(item_id)
+            if kv is None:
+                misses.append(item_id)
+            else:
+                out[item_id] = Resolved(Status.L1, kv)
+        CACHE_HITS.labels(tier="l1").inc(len(out))
+        CACHE_MISSES.labels(tier="l1").inc(len(misses))
+        if misses:
+            self._recompute(self._from_feast(misses, out), out)
+        return out
+
+    def _from_feast(self, ids: list[str], out: dict[str, Resolved]) -> dict[str, str]:
+        """Fill `out` with usable Feast rows; return the rest as {item id: recompute reason}."""
+        if self.store is None:
+            return dict.fromkeys(ids, "no_feast")
+        if self._clock() < self._feast_down_until:
+            CACHE_MISSES.labels(tier="feast").inc(len(ids))
+            return dict.fromkeys(ids, "feast_unavailable")
+        try:
+            rows = self.store.read(ids)
+        except FeatureStoreUnavailableError as e:
+            logger.warning("feast unavailable, recomputing (next try in %.0f s): %s", self.feast_retry_s, e)
+            self._feast_down_until = self._clock() + self.feast_retry_s
+            CACHE_MISSES.labels(tier="feast").inc(len(ids))
+            return dict.fromkeys(ids, "feast_unavailable")
+
+        fingerprint = self.model.fingerprint
+        reasons: dict[str, str] = {}
+        for item_id in ids:
+            row = rows.get(item_id)
+            if row is None:
+                reasons[item_id] = "feast_miss"
+            elif row.fingerprint != fingerprint:
+                reasons[item_id] = "foreign_fingerprint"
+            else:
+                try:
+                    decoded = kv_codec.decode(
+                        row.kv, expected_fingerprint=fingerprint, dtype=self.model.dtype
+                    )
+                    self.model.check_kv([decoded.kv])
+                except kv_codec.ForeignFingerprintError:  # the row's column and its blob disagree
+                    reasons[item_id] = "foreign_fingerprint"
+                except GistRankError as e:  # every KVBlobError, and K/V that does not fit the model
+                    logger.warning("unusable K/V blob for %r: %s", item_id, e)
+                    reasons[item_id] = "corrupt_blob"
+                else:
+                    out[item_id] = Resolved(Status.FEAST, decoded.kv)
+                    self.l1.put(item_id, decoded.kv)
+        CACHE_HITS.labels(tier="feast").inc(len(ids) - len(reasons))
+        CACHE_MISSES.labels(tier="feast").inc(len(reasons))
+        return reasons
+
+    def _recompute(self, reasons: dict[str, str], out: dict[str, Resolved]) -> None:
+        if not reasons:
+            return
+        try:
+            items = self.catalog.get(list(reasons))
+        except SQLAlchemyError as e:
+            logger.error("catalog unavailable, %d candidates unanswered: %s", len(reasons), e)
+            out.update(dict.fromkeys(reasons, Resolved(Status.CATALOG_UNAVAILABLE)))
+            return
+        found = [item_id for item_id in reasons if item_id in items]
+        out.update({item_id: Resolved(Status.UNKNOWN_ITEM) for item_id in reasons if item_id not in items})
+        for item_id in found:
+            RECOMPUTES.labels(reason=reasons[item_id]).inc()
+        texts = [render_item(items[i].title, items[i].attributes, items[i].description) for i in found]
+        jobs = []
+        for item_id, kv in zip(found, self._compress(texts), strict=True):
+            if kv is None:
+                out[item_id] = Resolved(Status.RECOMPUTE_FAILED)
+                continue
+            out[item_id] = Resolved(Status.RECOMPUTE, kv)
+            self.l1.put(item_id, kv)
+            jobs.append(WriteBackJob(item_id, kv, items[item_id].content_hash, items[item_id].version))
+        if self.writeback is not None:
+            self.writeback.submit(jobs)
+
+    def _compress(self, texts: list[str]) -> list[GistKV | None]:
+        if not texts:
+            return []
+        try:
+            return list(self.model.compress(texts, batch_size=self.compress_batch))
+        except GistRankError:
+            # One unusable text fails the whole batch: retry one by one so that only it goes unanswered.
+            return [self._compress_one(text) for text in texts]
+
+    def _compress_one(self, text: str) -> GistKV | None:
+        try:
+            return self.model.compress([text])[0]
+        except GistRankError as e:
+            logger.warning("cannot compress item text: %s", e)
+            return None

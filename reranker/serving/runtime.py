@@ -1,0 +1,207 @@
+"""Build the serving objects from a Triton model's parameters, and turn their results into responses.
+
+The `parameters` block of each model's `config.pbtxt` (reranker/triton_repo/) is the one place where
+every setting and its default is listed; `gistrank serve` rewrites values there for a run. Here every
+listed key must be present and parse as its type, and no unknown key is accepted, so a typo in a
+deployment's config fails the model load with a message instead of silently using a default.
+
+The Triton-facing helpers take the `triton_python_backend_utils` module as an argument: it exists only
+inside the backend's stub process, and the model files stay thin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+import numpy as np
+import torch
+from prometheus_client import start_http_server
+
+from reranker.model import GistReranker
+from reranker.serving.lookup import ByteLRU, FeastWriteBack, KVLookup
+from reranker.serving.requests import ITEM_IDS, QUERY, SCORES, STATUS, RequestError
+from reranker.serving.service import FullService, GistService, RerankResult
+from reranker.serving.shadow import ScoreFull, ShadowSampler
+from streaming.catalog import Catalog
+from streaming.gist_store import FeatureStoreUnavailableError, GistStore
+
+logger = logging.getLogger(__name__)
+
+
+def _parse(cls: type[Any], raw: Mapping[str, str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown, missing = sorted(set(raw) - set(names)), sorted(set(names) - set(raw))
+    if unknown or missing:
+        raise ValueError(f"model parameters: unknown {unknown}, missing {missing}")
+    values = {}
+    for name in names:
+        try:
+            values[name] = hints[name](raw[name])
+        except ValueError:
+            raise ValueError(
+                f"model parameter {name}={raw[name]!r} is not a valid {hints[name].__name__}"
+            ) from None
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class GistParams:
+    model_path: str  # GistRank checkpoint folder (or base alias / HF folder)
+    device: str  # "auto" = CUDA when present, else CPU
+    num_threads: int  # torch intra-op threads; 0 keeps torch's default
+    catalog_url: str  # SQLAlchemy URL of the catalog (recompute source)
+    feast_online: str  # sqlite | redis | none (no L2: every L1 miss recomputes)
+    feast_dir: str  # Feast data dir (registry, SQLite online store); "" = GistStore's default
+    redis_url: str  # for feast_online=redis; "" = GistStore's default
+    feast_retry_s: float  # after the store failed, skip it for this long
+    kv_storage_dtype: str  # how write-back stores K/V (float32 | float16 | bfloat16 | int8); "" = model dtype
+    l1_bytes: int  # L1 bound in bytes of K/V
+    l1_ttl_s: float  # L1 entry lifetime
+    compress_batch: int  # items per compress forward on recompute
+    max_candidates: int  # ITEM_IDS longer than this are refused
+    shadow_rate: float  # fraction of requests also scored by the full-context model, off the request path
+    shadow_model: str  # the Triton model that scores them
+    metrics_address: str  # prometheus-client exporter of this process
+    metrics_port: int
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> Self:
+        return _parse(cls, raw)
+
+
+@dataclass(frozen=True)
+class FullParams:
+    model_path: str
+    device: str
+    num_threads: int
+    catalog_url: str
+    batch_size: int  # items per full-context forward
+    max_candidates: int
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> Self:
+        return _parse(cls, raw)
+
+
+def configure_logging() -> None:
+    """Log lines of a model process: its stderr goes to Triton's log. The project's own INFO lines
+    (fingerprint, metrics port, Feast fallbacks) belong there; the libraries' stay at WARNING."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("reranker").setLevel(logging.INFO)
+
+
+def triton_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
+    """{key: value} of a Triton model config's `parameters` (each value is {"string_value": ...})."""
+    return {key: value["string_value"] for key, value in model_config.get("parameters", {}).items()}
+
+
+def load_model(model_path: str, device: str, num_threads: int) -> GistReranker:
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+    return GistReranker.from_pretrained(model_path, device=None if device == "auto" else device)
+
+
+class GistRuntime:
+    """Everything the gist_reranker model process owns; `close()` stops its threads and exporter."""
+
+    def __init__(self, params: GistParams, score_full: ScoreFull) -> None:
+        if params.feast_online not in ("sqlite", "redis", "none"):
+            raise ValueError(f"feast_online must be sqlite, redis or none, got {params.feast_online!r}")
+        model = load_model(params.model_path, params.device, params.num_threads)
+        self.catalog = Catalog(params.catalog_url)
+        store = None
+        self.writeback = None
+        if params.feast_online != "none":
+            store = GistStore(params.feast_dir or None, params.feast_online, params.redis_url or None)
+            try:
+                store.apply()  # a no-op when the consumer (or an earlier start) registered the view
+            except FeatureStoreUnavailableError as e:
+                logger.warning("feast not reachable at start, serving by recompute until it is: %s", e)
+            self.writeback = FeastWriteBack(store, params.kv_storage_dtype or None)
+        lookup = KVLookup(
+            model,
+            ByteLRU(params.l1_bytes, params.l1_ttl_s),
+            self.catalog,
+            store,
+            self.writeback,
+            compress_batch=params.compress_batch,
+            feast_retry_s=params.feast_retry_s,
+        )
+        self.shadow = ShadowSampler(params.shadow_rate, score_full) if params.shadow_rate > 0 else None
+        self.service = GistService(model, lookup, self.shadow, params.max_candidates)
+        self._exporter, _ = start_http_server(params.metrics_port, addr=params.metrics_address)
+        logger.info(
+            "gist_reranker ready: fingerprint %s, metrics on %s:%d",
+            model.fingerprint,
+            params.metrics_address,
+            params.metrics_port,
+        )
+
+    def close(self) -> None:
+        if self.shadow is not None:
+            self.shadow.close()
+        if self.writeback is not None:
+            self.writeback.close()
+        self._exporter.shutdown()
+        self._exporter.server_close()
+        self.catalog.close()
+
+
+def build_full_service(params: FullParams) -> FullService:
+    model = load_model(params.model_path, params.device, params.num_threads)
+    return FullService(model, Catalog(params.catalog_url), params.batch_size, params.max_candidates)
+
+
+# ------------------------------------------------------------------------------- Triton tensors glue
+def respond(pb_utils: Any, handle: Any, request: Any) -> Any:
+    """Run `handle(query_array, item_ids_array)` on one Triton request and build its response.
+
+    A malformed request becomes an INVALID_ARG error response; any other failure an INTERNAL one (logged
+    with its traceback). Either way only this request fails and the model keeps serving.
+    """
+    arrays = []
+    for name in (QUERY, ITEM_IDS):
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        arrays.append(None if tensor is None else tensor.as_numpy())
+    try:
+        result: RerankResult = handle(*arrays)
+    except RequestError as e:
+        return pb_utils.InferenceResponse(
+            error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)
+        )
+    except Exception as e:
+        logger.exception("rerank request failed")
+        return pb_utils.InferenceResponse(
+            error=pb_utils.TritonError(
+                f"internal error: {type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL
+            )
+        )
+    statuses = np.array([s.value.encode() for s in result.statuses], dtype=np.object_)
+    return pb_utils.InferenceResponse(
+        output_tensors=[pb_utils.Tensor(SCORES, result.scores), pb_utils.Tensor(STATUS, statuses)]
+    )
+
+
+def bls_score_full(pb_utils: Any, model_name: str) -> ScoreFull:
+    """A `ScoreFull` that asks another model of this server (the full_reranker) through BLS."""
+
+    def score_full(query: str, item_ids: Any) -> list[float]:
+        inputs = [
+            pb_utils.Tensor(QUERY, np.array([query.encode()], dtype=np.object_)),
+            pb_utils.Tensor(ITEM_IDS, np.array([i.encode() for i in item_ids], dtype=np.object_)),
+        ]
+        response = pb_utils.InferenceRequest(
+            model_name=model_name, inputs=inputs, requested_output_names=[SCORES]
+        ).exec()
+        if response.has_error():
+            raise RuntimeError(f"{model_name}: {response.error().message()}")
+        # NaN marks a candidate the full model could not score (its STATUS says why)
+        return pb_utils.get_output_tensor_by_name(response, SCORES).as_numpy().astype(float).tolist()
+
+    return score_full

@@ -1,0 +1,141 @@
+"""One rerank request end to end, without Triton: decode → validate query → fetch K/V → score → shadow.
+
+`GistService` is what the `gist_reranker` Triton model runs; `FullService` is the `full_reranker`
+(the full-context model, the shadow's reference). Both take the raw input arrays and return one score
+and one status per candidate, in request order; a candidate that cannot be scored gets NaN and an
+error status while the others are scored normally. A malformed request raises `RequestError`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from sqlalchemy.exc import SQLAlchemyError
+
+from monitoring.serving_metrics import CANDIDATE_ERROR_COUNT, REQUEST_CANDIDATES, REQUEST_SECONDS, REQUESTS
+from reranker.errors import GistRankError
+from reranker.kv import GistKV
+from reranker.render import render_item
+from reranker.serving.lookup import ItemSource, KVLookup
+from reranker.serving.requests import DEFAULT_MAX_CANDIDATES, RequestError, RerankRequest, decode_request
+from reranker.serving.shadow import ShadowSampler
+from reranker.serving.status import Status
+
+
+class ScoringModel(Protocol):
+    def query_ids(self, query: str) -> list[int]: ...
+
+    def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor: ...
+
+    def score_full(self, query: str, items: Sequence[str]) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class RerankResult:
+    scores: np.ndarray  # float32 (n,), NaN where the status is an error
+    statuses: tuple[Status, ...]
+
+
+def _validated(model: ScoringModel, query: Any, item_ids: Any, max_candidates: int) -> RerankRequest:
+    request = decode_request(query, item_ids, max_candidates)
+    try:
+        model.query_ids(request.query)  # token limit: fail before any fetch or recompute work is done
+    except GistRankError as e:
+        raise RequestError(f"QUERY: {e}") from None
+    return request
+
+
+class GistService:
+    def __init__(
+        self,
+        model: ScoringModel,
+        lookup: KVLookup,
+        shadow: ShadowSampler | None = None,
+        max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    ) -> None:
+        self.model = model
+        self.lookup = lookup
+        self.shadow = shadow
+        self.max_candidates = max_candidates
+
+    def handle(self, query: Any, item_ids: Any) -> RerankResult:
+        start = time.perf_counter()
+        try:
+            request = _validated(self.model, query, item_ids, self.max_candidates)
+        except RequestError:
+            REQUESTS.labels(outcome="invalid").inc()
+            raise
+        try:
+            result = self._rerank(request, start)
+        except Exception:
+            REQUESTS.labels(outcome="error").inc()
+            raise
+        REQUESTS.labels(outcome="ok").inc()
+        return result
+
+    def _rerank(self, request: RerankRequest, start: float) -> RerankResult:
+        ids = request.item_ids
+        REQUEST_CANDIDATES.observe(len(ids))
+        resolved = self.lookup.fetch(ids)
+        fetched = time.perf_counter()
+
+        statuses = tuple(resolved[i].status for i in ids)
+        scored = [n for n, status in enumerate(statuses) if status.scored]
+        scores = np.full(len(ids), np.nan, dtype=np.float32)
+        if scored:
+            kvs = [resolved[ids[n]].kv for n in scored]
+            scores[scored] = self.model.score(request.query, kvs).cpu().numpy()
+        done = time.perf_counter()
+
+        REQUEST_SECONDS.labels(stage="fetch").observe(fetched - start)
+        REQUEST_SECONDS.labels(stage="model").observe(done - fetched)
+        REQUEST_SECONDS.labels(stage="total").observe(done - start)
+        for status in statuses:
+            if not status.scored:
+                CANDIDATE_ERROR_COUNT.labels(code=status.value).inc()
+        if self.shadow is not None and scored:
+            self.shadow.offer(request.query, [ids[n] for n in scored], scores[scored].tolist())
+        return RerankResult(scores, statuses)
+
+
+class FullService:
+    """Full-context scoring (item text + query, no gists) of catalog items: the shadow's reference."""
+
+    def __init__(
+        self,
+        model: ScoringModel,
+        catalog: ItemSource,
+        batch_size: int = 16,
+        max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    ) -> None:
+        self.model = model
+        self.catalog = catalog
+        self.batch_size = batch_size
+        self.max_candidates = max_candidates
+
+    def handle(self, query: Any, item_ids: Any) -> RerankResult:
+        request = _validated(self.model, query, item_ids, self.max_candidates)
+        ids = request.item_ids
+        scores = np.full(len(ids), np.nan, dtype=np.float32)
+        try:
+            items = self.catalog.get(ids)
+        except SQLAlchemyError:
+            return RerankResult(scores, (Status.CATALOG_UNAVAILABLE,) * len(ids))
+        statuses = tuple(Status.FULL if i in items else Status.UNKNOWN_ITEM for i in ids)
+        known = [n for n, status in enumerate(statuses) if status.scored]
+        texts = [
+            render_item(items[ids[n]].title, items[ids[n]].attributes, items[ids[n]].description)
+            for n in known
+        ]
+        # Full-context rows are item-length: batches bound the memory of one forward.
+        for start in range(0, len(known), self.batch_size):
+            chunk = known[start : start + self.batch_size]
+            scores[chunk] = (
+                self.model.score_full(request.query, texts[start : start + self.batch_size]).cpu().numpy()
+            )
+        return RerankResult(scores, statuses)

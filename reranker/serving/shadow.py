@@ -1,0 +1,106 @@
+"""Shadow scoring: a sampled fraction of live requests is also ranked by the full-context model, off the
+request path, and the top-K overlap of the two rankings is counted.
+
+For each compared request and K ∈ {1, 5, 10}: overlap = |top-K(gist) ∩ top-K(full)| and
+reference = min(K, n) over the n candidates both models scored. Both are summed into counters, so
+recall@K against the full-context oracle (DESIGN §5) over any window is a ratio of rates:
+rate(gistrank_shadow_topk_overlap_total{k="K"}) / rate(gistrank_shadow_topk_reference_total{k="K"}).
+Summing before dividing weights every request by its candidate count, as a pooled recall should.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from monitoring.serving_metrics import (
+    SHADOW_KS,
+    SHADOW_OVERLAP,
+    SHADOW_REFERENCE,
+    SHADOW_REQUESTS,
+    SHADOW_SAMPLED,
+)
+from reranker.serving.worker import BackgroundWorker
+
+logger = logging.getLogger(__name__)
+
+# (query, item ids) → one full-context score per id; NaN for a candidate the full model could not score
+ScoreFull = Callable[[str, Sequence[str]], Sequence[float]]
+
+
+def top_k(scores: Sequence[float], k: int) -> set[int]:
+    """Indices of the k highest scores; ties go to the earlier candidate, so the result is deterministic."""
+    return set(sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:k])
+
+
+def overlap_at_k(
+    gist: Sequence[float], full: Sequence[float], ks: Sequence[int] = SHADOW_KS
+) -> dict[int, tuple[int, int]]:
+    """{K: (|top-K(gist) ∩ top-K(full)|, min(K, n))} for two score lists over the same n candidates."""
+    if len(gist) != len(full):
+        raise ValueError(f"{len(gist)} gist scores but {len(full)} full scores")
+    return {k: (len(top_k(gist, k) & top_k(full, k)), min(k, len(gist))) for k in ks}
+
+
+@dataclass(frozen=True)
+class ShadowJob:
+    query: str
+    item_ids: tuple[str, ...]
+    gist_scores: tuple[float, ...]
+
+
+class ShadowSampler:
+    def __init__(
+        self,
+        rate: float,
+        score_full: ScoreFull,
+        maxsize: int = 16,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"shadow rate must be within [0, 1], got {rate}")
+        self.rate = rate
+        self._score_full = score_full
+        self._rng = rng or random.Random()
+        self._worker: BackgroundWorker[ShadowJob] = BackgroundWorker("shadow", self._compare, maxsize)
+
+    def offer(self, query: str, item_ids: Sequence[str], gist_scores: Sequence[float]) -> bool:
+        """Sample this request with probability `rate`; True when it was queued for comparison."""
+        if not item_ids or self._rng.random() >= self.rate:
+            return False
+        SHADOW_SAMPLED.inc()
+        if not self._worker.submit(ShadowJob(query, tuple(item_ids), tuple(map(float, gist_scores)))):
+            SHADOW_REQUESTS.labels(outcome="dropped").inc()
+            return False
+        return True
+
+    def drain(self, timeout: float) -> bool:
+        return self._worker.drain(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        # Pending comparisons are dropped: at shutdown Triton refuses the shadow model's requests anyway.
+        self._worker.close(timeout, discard_pending=True)
+
+    def _compare(self, job: ShadowJob) -> None:
+        try:
+            full = list(self._score_full(job.query, job.item_ids))
+            if len(full) != len(job.item_ids):
+                raise ValueError(f"shadow model returned {len(full)} scores for {len(job.item_ids)} ids")
+        except Exception:
+            # Whatever breaks in the shadow (model error, transport, a bug) must not touch serving: count it.
+            logger.exception("shadow scoring failed")
+            SHADOW_REQUESTS.labels(outcome="failed").inc()
+            return
+        # Only candidates both models scored take part (e.g. an item deleted in between drops out).
+        pairs = [(g, f) for g, f in zip(job.gist_scores, full, strict=True) if math.isfinite(f)]
+        if not pairs:
+            SHADOW_REQUESTS.labels(outcome="failed").inc()
+            return
+        gist, ref = zip(*pairs, strict=True)
+        for k, (overlap, reference) in overlap_at_k(gist, ref).items():
+            SHADOW_OVERLAP.labels(k=str(k)).inc(overlap)
+            SHADOW_REFERENCE.labels(k=str(k)).inc(reference)
+        SHADOW_REQUESTS.labels(outcome="compared").inc()

@@ -1,0 +1,653 @@
+"""The Triton reranker end to end: a real tritonserver started once by `gistrank serve` (the CLI function,
+in a subprocess), real tritonclient HTTP and gRPC, a real Feast store on a real redis-server, the tiny
+fp32 model. Tests run in file order and share the server; each uses its own item ids where the cache
+state matters. The last tests take Redis down and stop the server with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import typer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+from typer.testing import CliRunner
+
+from reranker import GistConfig, GistReranker, kv_codec
+from reranker.kv import GistKV
+from reranker.render import render_item
+from reranker.serving.cli import rerank
+from reranker.serving.client import RerankClient, RerankError
+from reranker.serving.server import PROJECT_ROOT, free_port, tritonserver_binary
+from streaming.catalog import Catalog
+from streaming.gist_store import GistRow, GistStore
+
+pytestmark = [pytest.mark.triton, pytest.mark.redis]
+
+QUERY = "256GB phone 2023"
+MAX_CANDIDATES = 32
+FEAST_RETRY_S = 1.0
+IDS = [f"sku-{n:03d}" for n in range(48)]
+# What each test may touch first (a first touch of an id is a Feast miss → recompute).
+EQUALITY_IDS = IDS[0:20]
+WRITEBACK_IDS = IDS[20:25]
+FEAST_HIT_IDS = IDS[25:28]
+DAMAGED_IDS = IDS[28:33]
+OUTAGE_IDS = IDS[40:46]
+OK_STATUSES = {"l1", "feast", "recompute"}
+ERROR_STATUSES = {"unknown_item", "catalog_unavailable", "recompute_failed"}
+
+_WORDS = [
+    "acme",
+    "phone",
+    "tablet",
+    "kettle",
+    "cable",
+    "case",
+    "blue",
+    "black",
+    "titanium",
+    "steel",
+    "wireless",
+]
+
+
+def _item(n: int) -> tuple[str, dict[str, object], str]:
+    word = _WORDS[n % len(_WORDS)]
+    attributes = {
+        "year": 2019 + n % 6,
+        "storage": f"{64 << (n % 4)}GB",
+        "colour": _WORDS[(n * 7) % len(_WORDS)],
+    }
+    description = " ".join(_WORDS[(n * k) % len(_WORDS)] for k in range(5 + 3 * (n % 9)))
+    return f"Acme {word} {n}", attributes, description
+
+
+# ------------------------------------------------------------------------------------------- services
+class RedisProcess:
+    """redis-server on a fixed port that a test can stop and start again (Feast outage)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.exe = shutil.which("redis-server")
+        self.port = free_port()
+        self.workdir = workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = [self.exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir)]
+        args += ["--save", "", "--appendonly", "no", "--logfile", str(self.workdir / "redis.log")]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        with redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5) as client:
+            for _ in range(200):
+                try:
+                    if client.ping():
+                        return
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+
+class Serve:
+    """`gistrank serve` (reranker.serving.cli.serve) in a subprocess, its output collected."""
+
+    def __init__(self, args: list[str]) -> None:
+        code = "import typer; from reranker.serving.cli import serve; typer.run(serve)"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self._reader.start()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if text in line:
+                    return line
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"no {text!r} from gistrank serve:\n{self.output}")
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout_s)
+        self._reader.join(5)
+        return code
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_base: Path) -> Path:
+    # max_item_tokens bounds the recompute and full-context cost on 2 CPU cores
+    config = GistConfig(num_gist=4, dtype="float32", max_item_tokens=160)
+    model = GistReranker.from_pretrained(tiny_base, config, device="cpu")
+    return model.save_pretrained(tmp_path_factory.mktemp("ckpt"))
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint: Path) -> GistReranker:
+    """The served checkpoint, loaded in the test process for the in-process reference scores."""
+    return GistReranker.from_pretrained(checkpoint, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
+    with Catalog(f"sqlite:///{tmp_path_factory.mktemp('catalog') / 'catalog.db'}") as cat:
+        for n, item_id in enumerate(IDS):
+            cat.upsert(item_id, *_item(n))
+        yield cat
+
+
+def texts(catalog: Catalog, ids: list[str]) -> list[str]:
+    items = catalog.get(ids)
+    return [render_item(items[i].title, items[i].attributes, items[i].description) for i in ids]
+
+
+@pytest.fixture(scope="module")
+def redis_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed: run scripts/setup_system.sh")
+    proc = RedisProcess(tmp_path_factory.mktemp("redis"))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+class Endpoints:
+    def __init__(self, serve: Serve, http: int, grpc: int, metrics: int, model_metrics: int) -> None:
+        self.serve = serve
+        self.http = f"127.0.0.1:{http}"
+        self.grpc = f"127.0.0.1:{grpc}"
+        self.metrics = f"http://127.0.0.1:{metrics}/metrics"
+        self.model_metrics = f"http://127.0.0.1:{model_metrics}/metrics"
+        self.startup_s = 0.0
+        self.feast_dir = Path()
+
+    def url(self, protocol: str) -> str:
+        return self.http if protocol == "http" else self.grpc
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, checkpoint: Path, catalog: Catalog, redis_proc: RedisProcess
+) -> Iterator[Endpoints]:
+    if not tritonserver_binary().is_file():
+        pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
+    root = tmp_path_factory.mktemp("serve")
+    ports = [free_port() for _ in range(4)]
+    args = [
+        "--model", str(checkpoint),
+        "--catalog-url", str(catalog.engine.url),
+        "--feast-online", "redis",
+        "--feast-dir", str(root / "feast"),
+        "--redis-url", redis_proc.url,
+        "--feast-retry-s", str(FEAST_RETRY_S),
+        "--shadow-rate", "1.0",
+        "--max-candidates", str(MAX_CANDIDATES),
+        "--num-threads", "1",
+        "--http-port", str(ports[0]),
+        "--grpc-port", str(ports[1]),
+        "--metrics-port", str(ports[2]),
+        "--model-metrics-port", str(ports[3]),
+        "--workdir", str(root / "run"),
+    ]  # fmt: skip
+    serve = Serve(args)
+    endpoints = Endpoints(serve, *ports)
+    endpoints.feast_dir = root / "feast"
+    try:
+        ready = serve.wait_for("ready in", timeout_s=600)
+        endpoints.startup_s = float(ready.split("ready in ")[1].split(" s")[0])
+        yield endpoints
+    finally:
+        serve.stop()
+
+
+@pytest.fixture(scope="module")
+def store(server: Endpoints, redis_proc: RedisProcess) -> GistStore:
+    """The server's Feast store, opened from the test process (as the consumer would)."""
+    return GistStore(server.feast_dir, online="redis", redis_url=redis_proc.url)
+
+
+@pytest.fixture(scope="module", params=["http", "grpc"])
+def client(request: pytest.FixtureRequest, server: Endpoints) -> Iterator[RerankClient]:
+    with RerankClient(server.url(request.param), request.param) as c:
+        yield c
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def delta(before: dict, after: dict, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def model_metric(server: Endpoints, name: str, **labels: str) -> float:
+    return value(scrape(server.model_metrics), name, **labels)
+
+
+def wait_until(predicate, timeout_s: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def shadow_backlog(samples: dict) -> float:
+    done = sum(
+        value(samples, "gistrank_shadow_requests_total", outcome=o) for o in ("compared", "failed", "dropped")
+    )
+    return value(samples, "gistrank_shadow_sampled_total") - done
+
+
+def wait_shadow_idle(server: Endpoints) -> dict:
+    """Metrics once every sampled request has been compared (or failed / dropped)."""
+    samples: dict = {}
+
+    def idle() -> bool:
+        samples.update(scrape(server.model_metrics))
+        return shadow_backlog(samples) == 0
+
+    wait_until(idle, 120, "the shadow backlog to drain")
+    return samples
+
+
+# ---------------------------------------------------------------------------------------------- tests
+def test_scores_equal_in_process_score(server: Endpoints, model: GistReranker, catalog: Catalog) -> None:
+    expected = model.score(QUERY, model.compress(texts(catalog, EQUALITY_IDS))).numpy()
+    with RerankClient(server.http, "http") as http:
+        first = http.rerank(QUERY, EQUALITY_IDS)
+    with RerankClient(server.grpc, "grpc") as grpc:
+        second = grpc.rerank(QUERY, EQUALITY_IDS)
+    assert [c.item_id for c in first] == EQUALITY_IDS
+    assert {c.status for c in first} == {"recompute"}  # nothing cached yet
+    assert {c.status for c in second} == {"l1"}
+    np.testing.assert_allclose([c.score for c in first], expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose([c.score for c in second], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_feast_miss_recomputes_writes_back_and_the_next_request_hits_l1(
+    server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
+) -> None:
+    before = scrape(server.model_metrics)
+    with RerankClient(server.http) as c:
+        first = c.rerank(QUERY, WRITEBACK_IDS)
+        assert {x.status for x in first} == {"recompute"}
+
+        def written() -> bool:
+            rows = store.read(WRITEBACK_IDS)
+            return all(r is not None and r.fingerprint == model.fingerprint for r in rows.values())
+
+        wait_until(written, 30, "the write-back to reach Feast")
+        second = c.rerank(QUERY, WRITEBACK_IDS)
+    assert {x.status for x in second} == {"l1"}
+    assert [x.score for x in second] == [x.score for x in first]
+
+    rows = store.read(WRITEBACK_IDS)
+    items = catalog.get(WRITEBACK_IDS)
+    for item_id, kv in zip(WRITEBACK_IDS, model.compress(texts(catalog, WRITEBACK_IDS)), strict=True):
+        decoded = kv_codec.decode(rows[item_id].kv, expected_fingerprint=model.fingerprint)
+        assert decoded.content_hash == rows[item_id].content_hash == items[item_id].content_hash
+        assert rows[item_id].version == items[item_id].version
+        np.testing.assert_allclose(decoded.kv.kv.numpy(), kv.kv.numpy(), rtol=1e-4, atol=1e-5)
+
+    after = scrape(server.model_metrics)
+    n = len(WRITEBACK_IDS)
+    assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="feast_miss") == n
+    assert delta(before, after, "gistrank_cache_misses_total", tier="l1") == n
+    assert delta(before, after, "gistrank_cache_misses_total", tier="feast") == n
+    assert delta(before, after, "gistrank_cache_hits_total", tier="l1") == n
+    assert delta(before, after, "gistrank_feast_writebacks_total", result="written") == n
+
+
+def _row(
+    model: GistReranker, catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None = None
+) -> GistRow:
+    item = catalog.get([item_id])[item_id]
+    return GistRow(
+        item_id=item_id,
+        kv=blob if blob is not None else kv_codec.encode(kv, item.content_hash),
+        fingerprint=kv.fingerprint,
+        num_gist=kv.num_gist,
+        item_tokens=kv.item_tokens,
+        content_hash=item.content_hash,
+        version=item.version,
+    )
+
+
+def test_rows_written_by_the_consumer_are_feast_hits(
+    server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
+) -> None:
+    kvs = model.compress(texts(catalog, FEAST_HIT_IDS))
+    store.write([_row(model, catalog, i, kv) for i, kv in zip(FEAST_HIT_IDS, kvs, strict=True)])
+    hits = model_metric(server, "gistrank_cache_hits_total", tier="feast")
+    with RerankClient(server.grpc, "grpc") as c:
+        got = c.rerank(QUERY, FEAST_HIT_IDS)
+    assert {x.status for x in got} == {"feast"}
+    np.testing.assert_allclose([x.score for x in got], model.score(QUERY, kvs).numpy(), rtol=1e-4, atol=1e-5)
+    assert model_metric(server, "gistrank_cache_hits_total", tier="feast") == hits + len(FEAST_HIT_IDS)
+
+
+def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
+    server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
+) -> None:
+    kvs = dict(zip(DAMAGED_IDS, model.compress(texts(catalog, DAMAGED_IDS)), strict=True))
+    # K/V that would change the score a lot if it were used
+    noise = {
+        i: GistKV(kv=kv.kv * -3.0 + 1.0, fingerprint=kv.fingerprint, item_tokens=kv.item_tokens)
+        for i, kv in kvs.items()
+    }
+    foreign = {
+        i: GistKV(kv=kv.kv, fingerprint="f" * 32, item_tokens=kv.item_tokens) for i, kv in noise.items()
+    }
+    a, b, c, d, e = DAMAGED_IDS
+    good_blob = kv_codec.encode(noise[c], "x")
+    flipped = bytearray(good_blob)
+    flipped[-7] ^= 0x01
+    rows = [
+        _row(model, catalog, a, foreign[a]),  # another model's row
+        _row(model, catalog, b, noise[b], blob=kv_codec.encode(foreign[b], "x")),  # column lies, blob foreign
+        _row(model, catalog, c, noise[c], blob=bytes(flipped)),  # one bit flipped
+        _row(model, catalog, d, noise[d], blob=kv_codec.encode(noise[d], "x")[:-100]),  # truncated
+        _row(model, catalog, e, noise[e], blob=b"\x80\x04\x95 not a blob"),  # not ours at all
+    ]
+    assert store.write(rows).written == tuple(DAMAGED_IDS)
+    before = scrape(server.model_metrics)
+    with RerankClient(server.http) as client:
+        got = client.rerank(QUERY, DAMAGED_IDS)
+    assert {x.status for x in got} == {"recompute"}
+    expected = model.score(QUERY, [kvs[i] for i in DAMAGED_IDS]).numpy()
+    np.testing.assert_allclose([x.score for x in got], expected, rtol=1e-4, atol=1e-5)
+    after = scrape(server.model_metrics)
+    assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="foreign_fingerprint") == 2
+    assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="corrupt_blob") == 3
+
+    def repaired() -> bool:  # the write-back replaces every damaged row with a usable one
+        rows = store.read(DAMAGED_IDS)
+        try:
+            return all(kv_codec.decode(r.kv, expected_fingerprint=model.fingerprint) for r in rows.values())
+        except (kv_codec.KVBlobError, AttributeError):
+            return False
+
+    wait_until(repaired, 30, "the write-back to repair the damaged rows")
+
+
+def test_unknown_id_is_a_per_candidate_error(client: RerankClient) -> None:
+    ids = [EQUALITY_IDS[0], "ghost-1", EQUALITY_IDS[1], "sku-999"]
+    got = client.rerank(QUERY, ids)
+    assert [x.status for x in got] == ["l1", "unknown_item", "l1", "unknown_item"]
+    assert got[0].scored and got[2].scored and not got[1].scored and not got[3].scored
+    alone = client.rerank(QUERY, [EQUALITY_IDS[0], EQUALITY_IDS[1]])
+    assert [got[0].score, got[2].score] == [x.score for x in alone]
+
+
+def _infer(protocol: str, server: Endpoints, inputs: list[tuple[str, list[int], str, np.ndarray]]) -> object:
+    module = httpclient if protocol == "http" else grpcclient
+    tensors = []
+    for name, shape, dtype, data in inputs:
+        tensor = module.InferInput(name, shape, dtype)
+        tensor.set_data_from_numpy(data)
+        tensors.append(tensor)
+    client = module.InferenceServerClient(server.url(protocol))
+    try:
+        return client.infer("gist_reranker", tensors)
+    finally:
+        client.close()
+
+
+def _bytes(values: list[bytes]) -> np.ndarray:
+    return np.array(values, dtype=np.object_)
+
+
+GOOD_QUERY = ("QUERY", [1], "BYTES", _bytes([QUERY.encode()]))
+GOOD_IDS = ("ITEM_IDS", [2], "BYTES", _bytes([IDS[0].encode(), IDS[1].encode()]))
+MALFORMED = {
+    "empty query": ([("QUERY", [1], "BYTES", _bytes([b""])), GOOD_IDS], "QUERY is empty"),
+    "blank query": ([("QUERY", [1], "BYTES", _bytes([b"  \n"])), GOOD_IDS], "QUERY is empty"),
+    "no ids": ([GOOD_QUERY, ("ITEM_IDS", [0], "BYTES", _bytes([]))], "ITEM_IDS is empty"),
+    "too many ids": (
+        [
+            GOOD_QUERY,
+            ("ITEM_IDS", [MAX_CANDIDATES + 1], "BYTES", _bytes([b"sku-000"] * (MAX_CANDIDATES + 1))),
+        ],
+        f"more than the limit of {MAX_CANDIDATES}",
+    ),
+    "non-UTF-8 query": ([("QUERY", [1], "BYTES", _bytes([b"phone \xff\xfe"])), GOOD_IDS], "not valid UTF-8"),
+    "non-UTF-8 id": (
+        [GOOD_QUERY, ("ITEM_IDS", [2], "BYTES", _bytes([b"sku-000", b"sku-\xc3"]))],
+        "ITEM_IDS[1] is not valid UTF-8",
+    ),
+    "control character in id": (
+        [GOOD_QUERY, ("ITEM_IDS", [1], "BYTES", _bytes([b"sku\x00"]))],
+        "ITEM_IDS[0]",
+    ),
+    "query too long": (
+        [("QUERY", [1], "BYTES", _bytes([("phone " * 100).encode()])), GOOD_IDS],
+        "over the limit max_query_tokens=64",
+    ),
+    "two queries": ([("QUERY", [2], "BYTES", _bytes([b"a", b"b"])), GOOD_IDS], "QUERY"),
+    "ids as a matrix": ([GOOD_QUERY, ("ITEM_IDS", [1, 2], "BYTES", _bytes([[b"a", b"b"]]))], "ITEM_IDS"),
+    "numeric query": ([("QUERY", [1], "FP32", np.array([1.0], dtype=np.float32)), GOOD_IDS], "QUERY"),
+    "missing ids": ([GOOD_QUERY], "ITEM_IDS"),
+}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_requests_get_clear_errors_and_the_server_stays_up(
+    server: Endpoints, protocol: str, case: str
+) -> None:
+    inputs, message = MALFORMED[case]
+    with pytest.raises(InferenceServerException) as err:
+        _infer(protocol, server, inputs)
+    assert message in err.value.message(), err.value.message()
+    result = _infer(protocol, server, [GOOD_QUERY, GOOD_IDS])
+    assert result.as_numpy("STATUS").tolist() == [b"l1", b"l1"]
+
+
+_fuzz_bytes = st.one_of(
+    st.binary(max_size=20), st.sampled_from([i.encode() for i in IDS[:4]] + [b"", b" ", b"\xff"])
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    query=st.lists(_fuzz_bytes, min_size=0, max_size=2),
+    ids=st.lists(_fuzz_bytes, min_size=0, max_size=MAX_CANDIDATES + 2),
+    protocol=st.sampled_from(["http", "grpc"]),
+)
+def test_fuzzed_requests_get_an_error_or_an_answer_and_the_server_keeps_answering(
+    server: Endpoints, query: list[bytes], ids: list[bytes], protocol: str
+) -> None:
+    try:
+        result = _infer(
+            protocol,
+            server,
+            [("QUERY", [len(query)], "BYTES", _bytes(query)), ("ITEM_IDS", [len(ids)], "BYTES", _bytes(ids))],
+        )
+    except InferenceServerException as e:
+        assert e.message()
+    else:
+        scores, statuses = result.as_numpy("SCORES"), result.as_numpy("STATUS")
+        assert scores.shape == statuses.shape == (len(ids),)
+        for score, status in zip(scores, statuses, strict=True):
+            assert status.decode() in OK_STATUSES | ERROR_STATUSES
+            assert np.isnan(score) == (status.decode() in ERROR_STATUSES)
+    good = _infer(protocol, server, [GOOD_QUERY, GOOD_IDS])
+    assert good.as_numpy("STATUS").tolist() == [b"l1", b"l1"]
+
+
+def test_shadow_overlap_counters_match_offline_recall(
+    server: Endpoints, model: GistReranker, catalog: Catalog
+) -> None:
+    def top(scores: np.ndarray, k: int) -> set[int]:
+        return set(np.argsort(-scores, kind="stable")[:k].tolist())
+
+    requests = [
+        ("256GB phone 2023", IDS[0:20]),
+        ("blue titanium case", IDS[5:17]),
+        ("fast wireless charger", IDS[20:33]),
+        ("kettle", IDS[0:3]),
+        ("black steel cable", IDS[:33:2]),
+    ]
+    before = wait_shadow_idle(server)
+    expected = {k: [0, 0] for k in (1, 5, 10)}
+    with RerankClient(server.grpc, "grpc") as c:
+        for query, ids in requests:
+            gist = np.array([x.score for x in c.rerank(query, ids)])
+            full = model.score_full(query, texts(catalog, ids)).numpy()
+            for k in expected:
+                expected[k][0] += len(top(gist, k) & top(full, k))
+                expected[k][1] += min(k, len(ids))
+    after = wait_shadow_idle(server)
+    assert delta(before, after, "gistrank_shadow_requests_total", outcome="compared") == len(requests)
+    for k, (overlap, reference) in expected.items():
+        got = (
+            delta(before, after, "gistrank_shadow_topk_overlap_total", k=str(k)),
+            delta(before, after, "gistrank_shadow_topk_reference_total", k=str(k)),
+        )
+        assert got == (overlap, reference), f"recall@{k}"
+
+
+def test_metrics_follow_prometheus_conventions_and_triton_exports_its_own(server: Endpoints) -> None:
+    samples = scrape(server.model_metrics)
+    names = {name for name, _ in samples}
+    for name in (
+        "gistrank_cache_hits_total",
+        "gistrank_cache_misses_total",
+        "gistrank_recompute_fallbacks_total",
+        "gistrank_candidate_errors_total",
+        "gistrank_feast_writebacks_total",
+        "gistrank_rerank_requests_total",
+        "gistrank_rerank_request_duration_seconds_bucket",
+        "gistrank_rerank_request_candidates_bucket",
+        "gistrank_shadow_sampled_total",
+        "gistrank_shadow_requests_total",
+        "gistrank_shadow_topk_overlap_total",
+        "gistrank_shadow_topk_reference_total",
+        "gistrank_l1_cache_bytes",
+        "gistrank_l1_cache_entries",
+        "gistrank_l1_cache_evictions_total",
+    ):
+        assert name in names, name
+    for stage in ("fetch", "model", "total"):
+        assert value(samples, "gistrank_rerank_request_duration_seconds_count", stage=stage) > 0
+    assert value(samples, "gistrank_l1_cache_bytes") > 0
+    label_values = {v for _, labels in samples for _, v in labels}
+    assert not label_values & set(IDS), "no item ids in labels"
+
+    # (the Python backend's error responses count as Triton successes; ours count them as invalid)
+    assert value(samples, "gistrank_rerank_requests_total", outcome="invalid") > 0
+    triton = scrape(server.metrics)  # the parser names counter samples with their _total suffix
+    for model in ("gist_reranker", "full_reranker"):  # full_reranker: the shadow's requests
+        assert value(triton, "nv_inference_request_success_total", model=model, version="1") > 0
+        assert value(triton, "nv_inference_compute_infer_duration_us_total", model=model, version="1") > 0
+
+
+def test_cli_rerank_over_http_and_grpc(server: Endpoints) -> None:
+    app = typer.Typer()
+    app.command()(rerank)
+    runner = CliRunner()
+    for protocol in ("http", "grpc"):
+        url = server.url(protocol)
+        result = runner.invoke(
+            app, [QUERY, IDS[0], "ghost", IDS[1], "--url", url, "--protocol", protocol, "--json"]
+        )
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.output)
+        assert [r["item_id"] for r in rows] == [IDS[0], "ghost", IDS[1]]
+        assert [r["status"] for r in rows] == ["l1", "unknown_item", "l1"] and rows[1]["score"] is None
+        ranked = runner.invoke(app, [QUERY, IDS[0], "ghost", "--url", url, "--protocol", protocol])
+        assert ranked.exit_code == 0 and ranked.output.splitlines()[-1].endswith("ghost")
+        bad = runner.invoke(app, ["   ", IDS[0], "--url", url, "--protocol", protocol])
+        assert bad.exit_code == 1 and "QUERY is empty" in bad.output
+
+
+def test_full_reranker_is_served_too(server: Endpoints, model: GistReranker, catalog: Catalog) -> None:
+    with RerankClient(server.http, "http", model="full_reranker") as c:
+        got = c.rerank(QUERY, [IDS[0], "ghost", IDS[1]])
+    assert [x.status for x in got] == ["full", "unknown_item", "full"]
+    expected = model.score_full(QUERY, texts(catalog, [IDS[0], IDS[1]])).numpy()
+    np.testing.assert_allclose([got[0].score, got[2].score], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_feast_outage_is_served_by_recompute(
+    server: Endpoints, redis_proc: RedisProcess, model: GistReranker, catalog: Catalog
+) -> None:
+    before = model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_unavailable")
+    redis_proc.stop()
+    try:
+        with RerankClient(server.http) as c:
+            for n, item_id in enumerate(OUTAGE_IDS[:4]):  # fresh ids: neither in L1 nor anywhere else
+                got = c.rerank(QUERY, [item_id, EQUALITY_IDS[0]])
+                assert [x.status for x in got] == ["recompute", "l1"], n
+                expected = model.score(QUERY, model.compress(texts(catalog, [item_id]))).numpy()
+                np.testing.assert_allclose(got[0].score, expected[0], rtol=1e-4, atol=1e-5)
+                time.sleep(FEAST_RETRY_S / 2)
+        assert (
+            model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_unavailable")
+            == before + 4
+        )
+        with urllib.request.urlopen(f"http://{server.http}/v2/health/ready", timeout=5) as response:
+            assert response.status == 200
+    finally:
+        redis_proc.start()
+    misses = model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_miss")
+    time.sleep(FEAST_RETRY_S)
+    with RerankClient(server.grpc, "grpc") as c:  # Redis is back (empty): Feast is asked again
+        assert [x.status for x in c.rerank(QUERY, [OUTAGE_IDS[4]])] == ["recompute"]
+    assert model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_miss") == misses + 1
+
+
+def test_serve_stops_on_sigterm(server: Endpoints) -> None:
+    assert server.startup_s > 0
+    assert server.serve.stop() == 0
+    assert "stopping tritonserver" in server.serve.output
+    with pytest.raises(RerankError), RerankClient(server.http, timeout_s=2) as c:
+        c.rerank(QUERY, [IDS[0]])
