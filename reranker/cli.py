@@ -22,11 +22,25 @@ DEFAULT_BASE = "smollm2-135m-instruct"
 
 
 @app.command()
-def demo(base: Base = DEFAULT_BASE, num_gist: NumGist = 8, dtype: DType = "auto") -> None:
-    """Compress the sample catalog, rank sample queries with `score` (gist K/V) beside `score_full`."""
-    from reranker.demo import run_core_demo
+def demo(
+    base: Base = DEFAULT_BASE,
+    num_gist: NumGist = 8,
+    dtype: DType = "auto",
+    core: Annotated[
+        bool, typer.Option(help="in-process only: compress + score vs score_full, no services")
+    ] = False,
+    workdir: Annotated[Path, typer.Option(help="where the pipeline demo keeps its state")] = Path("var/demo"),
+    queries: Annotated[int, typer.Option(help="sample queries ranked through Triton")] = 3,
+) -> None:
+    """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
+    if core:
+        from reranker.demo import run_core_demo
 
-    run_core_demo(base, num_gist=num_gist, dtype=dtype)
+        run_core_demo(base, num_gist=num_gist, dtype=dtype)
+        return
+    from reranker.pipeline_demo import run_pipeline_demo
+
+    run_pipeline_demo(base, workdir, num_gist=num_gist, dtype=dtype, queries=queries)
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from reranker.cli import app
@@ -14,7 +15,8 @@ runner = CliRunner()
 
 
 def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
-    result = runner.invoke(app, ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"])
+    args = ["demo", "--core", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"compressed {len(sample_catalog())} items" in result.output
     for query in sample_queries():
@@ -55,3 +57,19 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "| gist k=2 |" in result.output
     assert (tmp_path / "eval" / "results.json").is_file()
+
+
+@pytest.mark.kafka
+@pytest.mark.triton
+def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
+    """`make demo` on a tiny model: every stage runs against the real services and they all stop."""
+    args = ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    args += ["--workdir", str(tmp_path / "demo"), "--queries", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "16/16 items have gist K/V in Feast" in out
+    assert out.count("query: ") == 2
+    assert "→ version" in out and "(feast)" in out.split("→ version")[1]
+    assert "shadow recall@10" in out and "consumer events consumed / items compressed" in out
+    assert not (tmp_path / "demo" / "kafka" / "broker.pid").exists()  # the broker was stopped

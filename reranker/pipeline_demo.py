@@ -1,0 +1,257 @@
+"""`gistrank demo`: the whole pipeline on this machine, every component real and bound to 127.0.0.1.
+
+catalog (SQLite) → change events → Kafka (KRaft broker) → consumer → gist K/V in Feast (SQLite)
+→ Triton (gist_reranker: L1 → Feast → recompute; full_reranker: the shadow) → rankings side by side
+→ one catalog update flows through again → metrics snapshot. Everything it starts, it stops.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import urllib.request
+from importlib.resources import as_file, files
+from pathlib import Path
+
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.table import Table
+
+from reranker.config import GistConfig, resolve_dtype
+from reranker.demo import sample_queries
+from reranker.model import CHECKPOINT_FILE, GistReranker
+
+UPDATED_ITEM = "phone-acme-15pro-128-blue"
+
+
+def _rankings(console: Console, query: str, gist: list, full: list, top: int) -> None:
+    table = Table(title=f"query: {query!r}", title_justify="left")
+    table.add_column("gist_reranker (online, gist K/V) — score · tier")
+    table.add_column("full_reranker (shadow, full context) — score")
+    ranked_gist = sorted(gist, key=lambda c: -c.score)[:top]
+    ranked_full = sorted(full, key=lambda c: -c.score)[:top]
+    for g, f in zip(ranked_gist, ranked_full, strict=True):
+        table.add_row(f"{g.item_id} ({g.score:+.2f} · {g.status})", f"{f.item_id} ({f.score:+.2f})")
+    console.print(table)
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple], float]:
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _sum(samples: dict, name: str, **labels: str) -> float:
+    want = set(labels.items())
+    return sum(v for (n, lab), v in samples.items() if n == name and want <= set(lab))
+
+
+def _quantile(samples: dict, name: str, q: float, **labels: str) -> float:
+    """Histogram quantile as Prometheus computes it: linear inside the bucket that crosses q."""
+    buckets = sorted(
+        (float(dict(lab)["le"]), v)
+        for (n, lab), v in samples.items()
+        if n == f"{name}_bucket" and set(labels.items()) <= set(lab)
+    )
+    total = buckets[-1][1] if buckets else 0.0
+    if total == 0:
+        return float("nan")
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= q * total:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * (q * total - prev_count) / max(count - prev_count, 1e-12)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def _consume_until(consumer, store, versions: dict[str, int], timeout_s: float = 600.0) -> None:
+    """Run the consumer until the store holds every item at (at least) the given version.
+
+    Waiting on the store, not on an idle poll, makes the demo independent of how long the consumer
+    group takes to form on a busy machine."""
+    stop = threading.Event()
+    worker = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+    worker.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and worker.is_alive():
+            rows = store.read(list(versions))
+            if all(rows[i] is not None and rows[i].version >= v for i, v in versions.items()):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"the consumer did not store {len(versions)} items within {timeout_s:.0f}s")
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _wait_for_shadow(url: str, timeout_s: float = 300.0) -> None:
+    """The shadow scores off the request path; wait until every sampled request has been compared."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        s = _scrape(url)
+        if _sum(s, "gistrank_shadow_requests_total") >= _sum(s, "gistrank_shadow_sampled_total"):
+            return
+        time.sleep(0.5)
+
+
+def _metrics_snapshot(console: Console, url: str) -> None:
+    s = _scrape(url)
+    hits = {t: _sum(s, "gistrank_cache_hits_total", tier=t) for t in ("l1", "feast")}
+    misses = {t: _sum(s, "gistrank_cache_misses_total", tier=t) for t in ("l1", "feast")}
+    lookups = hits["l1"] + misses["l1"]
+    table = Table(title="metrics snapshot (gist_reranker process + consumer)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("cache hit ratio (L1 or Feast)", f"{(hits['l1'] + hits['feast']) / max(lookups, 1):.2f}")
+    table.add_row("  L1 hits / misses", f"{hits['l1']:.0f} / {misses['l1']:.0f}")
+    table.add_row("  Feast hits / misses", f"{hits['feast']:.0f} / {misses['feast']:.0f}")
+    reasons = sorted({dict(lab)["reason"] for (n, lab) in s if n == "gistrank_recompute_fallbacks_total"})
+    for reason in reasons:
+        table.add_row(
+            f"recompute fallbacks: {reason}",
+            f"{_sum(s, 'gistrank_recompute_fallbacks_total', reason=reason):.0f}",
+        )
+    for k in ("1", "5", "10"):
+        overlap = _sum(s, "gistrank_shadow_topk_overlap_total", k=k)
+        reference = _sum(s, "gistrank_shadow_topk_reference_total", k=k)
+        table.add_row(f"shadow recall@{k}", f"{overlap / reference:.2f}" if reference else "–")
+    for stage in ("fetch", "model", "total"):
+        p50 = _quantile(s, "gistrank_rerank_request_duration_seconds", 0.5, stage=stage)
+        p99 = _quantile(s, "gistrank_rerank_request_duration_seconds", 0.99, stage=stage)
+        table.add_row(f"latency {stage} p50 / p99", f"{p50 * 1000:.0f} / {p99 * 1000:.0f} ms")
+    events = REGISTRY.get_sample_value("gistrank_consumer_events_total") or 0.0
+    compressed = REGISTRY.get_sample_value("gistrank_consumer_items_compressed_total") or 0.0
+    table.add_row("consumer events consumed / items compressed", f"{events:.0f} / {compressed:.0f}")
+    console.print(table)
+
+
+def run_pipeline_demo(
+    model: str, workdir: Path, num_gist: int = 8, dtype: str = "auto", queries: int = 3
+) -> None:
+    from reranker.serving.client import RerankClient
+    from reranker.serving.server import ServerSettings, TritonServer
+    from streaming.broker import KafkaBroker
+    from streaming.catalog import Catalog
+    from streaming.consumer import GistConsumer
+    from streaming.gist_store import GistStore
+    from streaming.kafka_settings import KafkaSettings, ensure_topics
+    from streaming.publisher import publish_catalog, publish_events
+
+    console = Console()
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        console.rule(f"[bold]{text}[/]  [dim]{time.perf_counter() - started:.0f}s[/]")
+
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    step("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
+    trained = (Path(model) / CHECKPOINT_FILE).is_file()
+    gist_model = GistReranker.from_pretrained(
+        model, None if trained else GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype))
+    )
+    checkpoint = gist_model.save_pretrained(workdir / "model") if not trained else Path(model)
+    console.print(
+        f"{model}: k={gist_model.gist.num_gist}, {gist_model.gist.dtype}, "
+        f"fingerprint {gist_model.fingerprint}"
+    )
+    if not trained:
+        console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
+
+    broker = KafkaBroker(workdir / "kafka")
+    server: TritonServer | None = None
+    try:
+        step("2. Kafka broker (KRaft, 127.0.0.1)")
+        settings = KafkaSettings.from_env(bootstrap_servers=broker.start(), group_id="gistrank-demo")
+        ensure_topics(settings, partitions=3)
+        console.print(
+            f"broker at {settings.bootstrap_servers}, topics {settings.topic} + {settings.dlq_topic}"
+        )
+
+        step("3. catalog → change events")
+        catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
+        catalog = Catalog(catalog_url)
+        with as_file(files("reranker").joinpath("data/sample_catalog.jsonl")) as sample:
+            loaded = catalog.load_jsonl(sample)
+        published = publish_catalog(settings, catalog)
+        console.print(f"loaded {loaded} items into {catalog_url}; published {published} events")
+
+        step("4. consumer: events → compress → Feast (SQLite online store)")
+        store = GistStore(workdir / "feast")
+        store.apply()
+        consumer = GistConsumer(settings, gist_model, store, batch_size=64, compress_batch_size=8)
+        versions = {item.item_id: item.version for item in catalog.iter_items()}
+        ids = list(versions)
+        _consume_until(consumer, store, versions)
+        stored = store.read(ids)
+        console.print(
+            f"{sum(row is not None for row in stored.values())}/{len(ids)} items have gist K/V in Feast"
+        )
+
+        step("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
+        server = TritonServer(
+            ServerSettings(
+                model_path=str(checkpoint),
+                catalog_url=catalog_url,
+                feast_dir=str(workdir / "feast"),
+                shadow_rate=1.0,
+                l1_ttl_s=2.0,
+                http_port=0,
+                grpc_port=0,
+                metrics_port=0,
+                model_metrics_port=0,
+                workdir=str(workdir / "triton"),
+            )
+        ).start()
+        console.print(
+            f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.model_metrics_url}"
+        )
+
+        step("6. rerank sample queries: gist ranking beside the shadow's")
+        with (
+            RerankClient(server.http_url, "http") as gist_client,
+            RerankClient(server.grpc_url, "grpc", model="full_reranker") as full_client,
+        ):
+            for query in sample_queries()[:queries]:
+                _rankings(
+                    console, query, gist_client.rerank(query, ids), full_client.rerank(query, ids), top=5
+                )
+
+            step(f"7. update {UPDATED_ITEM} in the catalog → event → consumer → served")
+            query = sample_queries()[0]
+            before = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
+            item = catalog.get([UPDATED_ITEM])[UPDATED_ITEM]
+            event = catalog.upsert(
+                UPDATED_ITEM,
+                title=item.title.replace("128GB", "256GB"),
+                attributes={**item.attributes, "storage": "256GB"},
+            )
+            publish_events(settings, [event])
+            consumer = GistConsumer(settings, gist_model, store, batch_size=64, compress_batch_size=8)
+            _consume_until(consumer, store, {UPDATED_ITEM: event.version})
+            time.sleep(2.5)  # the L1 entry of the old version expires (l1_ttl_s=2 here; 300 s by default)
+            after = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
+            console.print(
+                f"{query!r} → {UPDATED_ITEM}: version {item.version} score {before.score:+.3f} "
+                f"({before.status})"
+                f" → version {event.version} score {after.score:+.3f} ({after.status})"
+            )
+            _wait_for_shadow(server.model_metrics_url)
+
+        step("8. metrics")
+        _metrics_snapshot(console, server.model_metrics_url)
+    finally:
+        step("9. stopping everything this demo started")
+        if server is not None:
+            server.stop()
+        broker.stop()
+    console.print(f"done in {time.perf_counter() - started:.0f}s; files in {workdir}")

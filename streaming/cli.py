@@ -1,0 +1,316 @@
+"""Streaming commands: `publish`, `consume`, `materialize` and the `catalog` group (`load`, `update`).
+
+Kafka client settings come from `GISTRANK_KAFKA_*` variables (see `streaming.kafka_settings`);
+`--bootstrap-servers` overrides the servers. `python -m streaming.cli …` runs these without the rest of
+the `gistrank` CLI. Heavy imports (torch, feast) happen inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from streaming.catalog import DEFAULT_URL, Catalog, CatalogError
+from streaming.kafka_settings import KafkaSettings, ensure_topics
+
+if TYPE_CHECKING:
+    from reranker.model import GistReranker
+    from streaming.gist_store import GistStore
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+class OnlineStore(StrEnum):
+    sqlite = "sqlite"
+    redis = "redis"
+
+
+class ComputeDType(StrEnum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class BlobDType(StrEnum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    int8 = "int8"
+
+
+CatalogUrl = Annotated[str, typer.Option(help="SQLAlchemy URL of the catalog database")]
+BootstrapServers = Annotated[
+    str | None, typer.Option(help="host:port[,…]; overrides $GISTRANK_KAFKA_BOOTSTRAP_SERVERS")
+]
+Partitions = Annotated[int, typer.Option(help="partitions of the change topic when this creates it")]
+CreateTopics = Annotated[
+    bool, typer.Option(help="create missing topics first (needs the admin right to create topics)")
+]
+FeastDir = Annotated[
+    Path | None, typer.Option(help="Feast data dir (registry, SQLite online store); default var/feast")
+]
+Online = Annotated[OnlineStore, typer.Option(help="online store")]
+RedisUrl = Annotated[str | None, typer.Option(help="redis://host:port/db for --online redis")]
+ModelRef = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
+NumGist = Annotated[int | None, typer.Option(help="k gist tokens (default 8; a checkpoint's own)")]
+DType = Annotated[
+    ComputeDType | None, typer.Option(help="compute dtype (default bfloat16; a checkpoint's own)")
+]
+StorageDType = Annotated[
+    BlobDType | None, typer.Option(help="K/V dtype in the stored blob (default: the compute dtype)")
+]
+CompressBatch = Annotated[int, typer.Option(help="items per compression forward")]
+
+
+def _settings(bootstrap_servers: str | None) -> KafkaSettings:
+    try:
+        return KafkaSettings.from_env(bootstrap_servers=bootstrap_servers)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise typer.BadParameter(f"Kafka settings: {exc}") from None
+
+
+def _load_model(ref: str, num_gist: int | None, dtype: ComputeDType | None) -> GistReranker:
+    from reranker import GistConfig, GistReranker
+    from reranker.model import CHECKPOINT_FILE
+
+    dtype_name = dtype.value if dtype is not None else None
+    if (Path(ref) / CHECKPOINT_FILE).is_file():
+        # A checkpoint carries its gist config; options may only confirm it, never silently differ.
+        model = GistReranker.from_pretrained(ref)
+        for name, wanted in (("num_gist", num_gist), ("dtype", dtype_name)):
+            if wanted is not None and getattr(model.gist, name) != wanted:
+                raise typer.BadParameter(f"{ref} was trained with {name}={getattr(model.gist, name)}")
+        return model
+    overrides = {k: v for k, v in (("num_gist", num_gist), ("dtype", dtype_name)) if v is not None}
+    return GistReranker.from_pretrained(ref, GistConfig(**overrides))
+
+
+def _open_store(feast_dir: Path | None, online: OnlineStore, redis_url: str | None) -> GistStore:
+    from streaming.gist_store import GistStore
+
+    store = GistStore(feast_dir, online=online.value, redis_url=redis_url)
+    store.apply()
+    return store
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO is per-connection chatter
+
+
+# ------------------------------------------------------------------------------------------ commands
+def publish(
+    file: Annotated[
+        Path | None, typer.Option(help="JSONL file of change events (default: the catalog database)")
+    ] = None,
+    since_version: Annotated[
+        int | None, typer.Option(help="only catalog changes after this version (a resumable cursor)")
+    ] = None,
+    catalog_url: CatalogUrl = DEFAULT_URL,
+    bootstrap_servers: BootstrapServers = None,
+    partitions: Partitions = 3,
+    create_topics: CreateTopics = True,
+) -> None:
+    """Publish change events (each item's current state, or a JSONL file) to the change topic."""
+    from kafka.errors import KafkaError
+
+    from streaming.publisher import EventFileError, PublishError, publish_catalog, publish_file
+
+    settings = _settings(bootstrap_servers)
+    if create_topics:
+        ensure_topics(settings, partitions)
+    try:
+        if file is not None:
+            count = publish_file(settings, file)
+        else:
+            with Catalog(catalog_url) as catalog:
+                count = publish_catalog(settings, catalog, since_version)
+    except EventFileError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except (PublishError, KafkaError) as exc:
+        # Events sent before the failure stay published; running the same publish again is harmless.
+        typer.echo(f"publish failed: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"published {count} events to {settings.topic}")
+
+
+def consume(
+    model: ModelRef = DEFAULT_MODEL,
+    num_gist: NumGist = None,
+    dtype: DType = None,
+    storage_dtype: StorageDType = None,
+    batch_size: Annotated[int, typer.Option(help="records polled per batch")] = 64,
+    compress_batch_size: CompressBatch = 16,
+    feast_dir: FeastDir = None,
+    online: Online = OnlineStore.sqlite,
+    redis_url: RedisUrl = None,
+    bootstrap_servers: BootstrapServers = None,
+    partitions: Partitions = 3,
+    create_topics: CreateTopics = True,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus metrics on PORT (/metrics)")
+    ] = None,
+    metrics_address: Annotated[
+        str, typer.Option(help="address the metrics server binds (0.0.0.0 in a container)")
+    ] = "127.0.0.1",
+    max_batches: Annotated[int | None, typer.Option(help="exit after this many batches")] = None,
+    idle_exit_s: Annotated[float | None, typer.Option(help="exit after this long without records")] = None,
+) -> None:
+    """Consume change events: compress changed items into the gist store; SIGTERM finishes the batch."""
+    from streaming.consumer import GistConsumer
+
+    _configure_logging()
+    settings = _settings(bootstrap_servers)
+    if create_topics:
+        ensure_topics(settings, partitions)
+    gist_model = _load_model(model, num_gist, dtype)
+    store = _open_store(feast_dir, online, redis_url)
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=metrics_address)
+    consumer = GistConsumer(
+        settings,
+        gist_model,
+        store,
+        batch_size=batch_size,
+        compress_batch_size=compress_batch_size,
+        storage_dtype=storage_dtype.value if storage_dtype else None,
+    )
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        logging.getLogger(__name__).info("%s: finishing the current batch (again to abort it)", name)
+        signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process; the batch is redelivered
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        batches = consumer.run(stop, max_batches=max_batches, idle_exit_s=idle_exit_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    typer.echo(f"committed {batches} batches")
+
+
+def materialize(
+    stale_only: Annotated[
+        bool, typer.Option("--stale-only/--all", help="only items whose stored fingerprint differs")
+    ] = False,
+    catalog_url: CatalogUrl = DEFAULT_URL,
+    model: ModelRef = DEFAULT_MODEL,
+    num_gist: NumGist = None,
+    dtype: DType = None,
+    storage_dtype: StorageDType = None,
+    batch_size: CompressBatch = 16,
+    feast_dir: FeastDir = None,
+    online: Online = OnlineStore.sqlite,
+    redis_url: RedisUrl = None,
+) -> None:
+    """Backfill the gist store from the catalog: every live item, or only the stale ones."""
+    from streaming.materialize import materialize as run_materialize
+
+    gist_model = _load_model(model, num_gist, dtype)
+    store = _open_store(feast_dir, online, redis_url)
+    with Catalog(catalog_url) as catalog:
+        blob_dtype = storage_dtype.value if storage_dtype else None
+        result = run_materialize(catalog, gist_model, store, stale_only, batch_size, blob_dtype)
+    typer.echo(f"scanned {result.scanned}, compressed {result.compressed}, written {result.written}")
+
+
+catalog_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The item catalog.")
+
+
+@catalog_app.command("load")
+def catalog_load(
+    file: Annotated[
+        Path, typer.Argument(help="JSONL: one {item_id, title, attributes, description} per line")
+    ],
+    catalog_url: CatalogUrl = DEFAULT_URL,
+) -> None:
+    """Import items (all or nothing); `publish` then emits their change events."""
+    with Catalog(catalog_url) as catalog:
+        try:
+            changed = catalog.load_jsonl(file)
+        except CatalogError as exc:
+            raise typer.BadParameter(f"{file}: {exc}") from None
+    typer.echo(f"{changed} items created or changed")
+
+
+def _parse_attrs(pairs: list[str]) -> dict[str, str]:
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--attr {pair!r} is not key=value")
+        parsed[key] = value
+    return parsed
+
+
+@catalog_app.command("update")
+def catalog_update(
+    item_id: Annotated[str, typer.Argument(help="the item to create, change or delete")],
+    title: Annotated[str | None, typer.Option(help="new title (required for a new item)")] = None,
+    attr: Annotated[
+        list[str] | None, typer.Option(help="key=value to set, key= to remove (repeatable)")
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="new description")] = None,
+    delete: Annotated[bool, typer.Option("--delete", help="delete the item")] = False,
+    publish_event: Annotated[bool, typer.Option("--publish/--no-publish", help="emit the event")] = True,
+    catalog_url: CatalogUrl = DEFAULT_URL,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Change one item in the catalog and publish its change event."""
+    from kafka.errors import KafkaError
+
+    from streaming.publisher import PublishError, publish_events
+
+    settings = _settings(bootstrap_servers) if publish_event else None
+    with Catalog(catalog_url) as catalog:
+        try:
+            if delete:
+                if title is not None or attr or description is not None:
+                    raise typer.BadParameter("--delete takes no --title, --attr or --description")
+                event = catalog.delete(item_id)
+            else:
+                attributes = None
+                if attr:
+                    # --attr edits the stored attributes; the catalog replaces them whole, so merge here.
+                    current = catalog.get([item_id]).get(item_id)
+                    attributes = dict(current.attributes) if current is not None else {}
+                    for key, value in _parse_attrs(attr).items():
+                        if value:
+                            attributes[key] = value
+                        else:
+                            attributes.pop(key, None)
+                event = catalog.upsert(item_id, title=title, attributes=attributes, description=description)
+        except CatalogError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    typer.echo(f"{event.item_id}: {event.op} version {event.version}")
+    if settings is not None:
+        try:
+            publish_events(settings, [event])
+        except (PublishError, KafkaError) as exc:
+            # The catalog change is committed; the cursor republishes it (a duplicate is harmless).
+            typer.echo(
+                f"not published ({exc}); retry with: publish --since-version {event.version - 1}", err=True
+            )
+            raise typer.Exit(1) from None
+        typer.echo(f"published to {settings.topic}")
+
+
+main = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+main.command()(publish)
+main.command()(consume)
+main.command()(materialize)
+main.add_typer(catalog_app, name="catalog")
+
+if __name__ == "__main__":
+    main()

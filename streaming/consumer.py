@@ -1,0 +1,501 @@
+"""The gist writer: where a Kafka change event becomes a Feast row.
+
+One batch, in order (`GistConsumer.process_batch`):
+
+1. validate every record with the event schema; a bad one becomes a dead-letter record with its reason
+2. coalesce per item: the newest version in the batch wins, older ones are skipped as superseded
+3. compare with the store (one batched read): a version the store already has or has passed is stale;
+   same content hash + fingerprint as stored is unchanged (rewritten under the new version with the stored
+   bytes, no compression); everything else is rendered (`render_item`) and compressed in batches
+4. push the rows and tombstones to Feast (`GistStore.write` / `delete`, version-guarded and idempotent)
+5. wait until the broker acknowledged every dead-letter record
+6. commit the batch's offsets
+
+Offsets are committed only after 4 and 5 succeeded, so a crash anywhere before the commit redelivers the
+whole batch (at-least-once) and the redelivery is harmless: the store skips what it already holds. If 4, 5
+or 6 fails (store down, broker gone), `run` rewinds to the batch's first offsets and retries it after a
+back-off, so nothing is lost or skipped. An event that cannot be turned into a row never stops the
+consumer: it goes to the dead-letter topic, and the events around it proceed.
+
+Dead-letter record (Kafka key = the original key; value = JSON object):
+
+    {"reason": "invalid JSON: Expecting value: line 1 column 1 (char 0)",   # one line, human-readable
+     "reason_code": "invalid_json",                     # one of monitoring.metrics.DEAD_LETTER_REASONS
+     "source": {"topic": "...", "partition": 0, "offset": 17, "timestamp_ms": 1714557600000},
+     "consumer_group": "gistrank-gist-writer", "dead_lettered_at": "2024-05-01T12:00:00.000000Z",
+     "key": <payload> | null, "value": <payload> | null, "headers": [[name, <payload>], ...]}
+
+    <payload> = {"encoding": "utf-8", "data": <text>, "size": n}     when the bytes are valid UTF-8, else
+                {"encoding": "base64", "data": <base64>, "size": n, "utf8_error": "invalid start byte at 5"}
+
+so the original bytes are always recoverable exactly. Only a value too large for the dead-letter topic even
+then (DLQ_MAX_MESSAGE_BYTES) keeps a prefix, flagged with "truncated": true and the sha256 of all bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
+from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
+
+from monitoring.metrics import (
+    CONSUMER_BATCH_RETRIES,
+    CONSUMER_BATCH_SECONDS,
+    CONSUMER_COMPRESSED,
+    CONSUMER_DEAD_LETTERED,
+    CONSUMER_DELETED,
+    CONSUMER_EVENTS,
+    CONSUMER_LAG,
+    CONSUMER_SKIPPED,
+)
+from reranker.render import content_hash
+from streaming.events import ChangeEvent, InvalidEventError, decode_event, format_timestamp
+from streaming.gist_store import FeatureStoreUnavailableError, GistRow, GistStore
+from streaming.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings
+from streaming.materialize import compress_rows
+
+if TYPE_CHECKING:
+    from kafka.consumer.fetcher import ConsumerRecord
+    from kafka.future import Future
+
+    from reranker.model import GistReranker
+
+log = logging.getLogger(__name__)
+
+# Room for the JSON envelope around a dead-lettered payload within the topic's record size limit.
+_DLQ_ENVELOPE_BYTES = 64 * 1024
+_DLQ_MAX_KEY_BYTES = 4 * 1024
+
+
+def dead_letter_reason_code(reason: str) -> str:
+    """Map an `InvalidEventError` reason to its bounded metric label (DEAD_LETTER_REASONS).
+
+    The prefixes are the messages `streaming.events.decode_event` raises; anything else is a schema error.
+    """
+    prefixes = (
+        ("value must be bytes", "tombstone"),
+        ("event is ", "oversized"),
+        ("value is not valid UTF-8", "invalid_utf8"),
+        ("invalid JSON", "invalid_json"),
+        ("event must be a JSON object", "invalid_json"),
+        ("record has no key", "bad_key"),
+        ("key ", "bad_key"),
+    )
+    return next((code for prefix, code in prefixes if reason.startswith(prefix)), "schema")
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    record: ConsumerRecord
+    reason: str
+    code: str
+
+
+@dataclass
+class BatchResult:
+    """What one batch did; `offsets` is what was committed (next offset to read, per partition)."""
+
+    consumed: int = 0
+    compressed: int = 0
+    deleted: int = 0
+    dead_lettered: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=lambda: {"superseded": 0, "stale": 0, "unchanged": 0})
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A valid event and the record that carried it (for dead-lettering if it cannot be compressed)."""
+
+    event: ChangeEvent
+    record: ConsumerRecord
+
+
+def _payload(data: bytes | None, limit: int | None = None) -> dict[str, Any] | None:
+    """Lossless JSON form of record bytes: UTF-8 text when valid, else base64 (with the UTF-8 error)."""
+    if data is None:
+        return None
+    data = bytes(data)
+    out: dict[str, Any] = {"size": len(data)}
+    if limit is not None and len(data) > limit:
+        out |= {"truncated": True, "sha256": hashlib.sha256(data).hexdigest()}
+        data = data[:limit]
+    try:
+        out |= {"encoding": "utf-8", "data": data.decode("utf-8")}
+    except UnicodeDecodeError as exc:
+        out |= {"encoding": "base64", "data": base64.b64encode(data).decode("ascii")}
+        out["utf8_error"] = f"{exc.reason} at {exc.start}"
+    return out
+
+
+def dead_letter_value(letter: DeadLetter, group_id: str) -> bytes:
+    """The dead-letter record's JSON value (module docstring), within the dead-letter topic's size limit."""
+    record = letter.record
+
+    def build(limit: int | None) -> bytes:
+        body = {
+            "reason": letter.reason,
+            "reason_code": letter.code,
+            "source": {
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp_ms": record.timestamp,
+            },
+            "consumer_group": group_id,
+            "dead_lettered_at": format_timestamp(datetime.now(UTC)),
+            "key": _payload(record.key, limit),
+            "value": _payload(record.value, limit),
+            "headers": [[name, _payload(value, limit)] for name, value in (record.headers or [])],
+        }
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    encoded = build(None)
+    if len(encoded) <= DLQ_MAX_MESSAGE_BYTES - _DLQ_ENVELOPE_BYTES:
+        return encoded
+    # Base64 grows by 4/3 and escaped text by up to 6×: keep prefixes of key, value and headers that fit
+    # whatever their encoding (a record has few headers; the key is normally an item id).
+    return build((DLQ_MAX_MESSAGE_BYTES - 2 * _DLQ_ENVELOPE_BYTES) // 6 // (2 + len(record.headers or [])))
+
+
+class GistConsumer:
+    """Consume change events, write gist K/V rows to the store, dead-letter bad events.
+
+    `batch_size` records are polled per batch; `compress_batch_size` items go through one forward.
+    `storage_dtype` is the blob's K/V dtype (kv_codec.STORAGE_DTYPES; default the model's dtype).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        model: GistReranker,
+        store: GistStore,
+        batch_size: int = 64,
+        compress_batch_size: int = 16,
+        storage_dtype: str | None = None,
+        poll_timeout_s: float = 1.0,
+        ack_timeout_s: float = 60.0,
+        max_backoff_s: float = 30.0,
+        rejoin_after_s: float = 60.0,
+    ) -> None:
+        if batch_size < 1 or compress_batch_size < 1:
+            raise ValueError("batch_size and compress_batch_size must be ≥ 1")
+        self.settings = settings
+        self.model = model
+        self.store = store
+        self.batch_size = batch_size
+        self.compress_batch_size = compress_batch_size
+        self.storage_dtype = storage_dtype
+        self.poll_timeout_s = poll_timeout_s
+        self.ack_timeout_s = ack_timeout_s
+        self.max_backoff_s = max_backoff_s
+        self.rejoin_after_s = rejoin_after_s
+        self.fingerprint = model.fingerprint
+        self._consumer = KafkaConsumer(**settings.consumer_kwargs())
+        # Knowing the topic's partitions before the first join spares the group a second rebalance right
+        # after startup (assignment without metadata, then again with it): see _check_membership.
+        if not self._consumer.partitions_for_topic(settings.topic):
+            log.warning("topic %s does not exist (yet); waiting for it", settings.topic)
+        self._consumer.subscribe([settings.topic])
+        self._dlq = KafkaProducer(**settings.producer_kwargs(DLQ_MAX_MESSAGE_BYTES))
+        self._lag_partitions: set[TopicPartition] = set()
+        self._rebalancing_since: float | None = None
+
+    # ------------------------------------------------------------------------------------ the loop
+    def run(
+        self,
+        stop_event: threading.Event,
+        max_batches: int | None = None,
+        idle_exit_s: float | None = None,
+    ) -> int:
+        """Poll and process batches until `stop_event` is set; returns the number of batches committed.
+
+        A stop request lets the batch in hand finish and commit. `max_batches` / `idle_exit_s` (no records
+        for that long) end the loop early, for tests and demos. The clients are closed on return.
+        """
+        done = 0
+        failures = 0
+        idle_since = time.monotonic()
+        try:
+            while not stop_event.is_set() and (max_batches is None or done < max_batches):
+                try:
+                    polled = self._consumer.poll(
+                        timeout_ms=int(self.poll_timeout_s * 1000), max_records=self.batch_size
+                    )
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.warning("poll failed (%s); polling again", exc)
+                    stop_event.wait(self.poll_timeout_s)
+                    continue
+                records = [record for batch in polled.values() for record in batch]
+                if not records:
+                    self._check_membership()
+                    self._update_lag()
+                    if idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
+                        log.info("no records for %.1f s; exiting", idle_exit_s)
+                        break
+                    continue
+                try:
+                    self.process_batch(records)
+                except _RETRYABLE as exc:
+                    failures += 1
+                    CONSUMER_BATCH_RETRIES.inc()
+                    backoff = min(self.max_backoff_s, 0.5 * 2 ** min(failures, 10))
+                    log.warning(
+                        "batch of %d records failed (%s); retry in %.1f s", len(records), exc, backoff
+                    )
+                    self._rewind(records)
+                    stop_event.wait(backoff)
+                    continue
+                failures = 0
+                done += 1
+                idle_since = time.monotonic()
+        finally:
+            self.close()
+        return done
+
+    def close(self) -> None:
+        # autocommit=False: offsets are committed by process_batch only, never for unprocessed records.
+        self._consumer.close(autocommit=False)
+        self._dlq.close(timeout=self.ack_timeout_s)
+
+    def _check_membership(self) -> None:
+        """Work around kafka-python 3.0.12 losing the result of a rebalance.
+
+        When a rebalance that the group leader starts itself (the topic's metadata changed) completes just
+        as poll()'s timeout expires, the client drops the result: it stays "rebalancing" with no partitions
+        while the broker counts them as assigned to it, so they are never consumed. Leaving and rejoining
+        the group recovers; a genuine rebalance finishes long before `rejoin_after_s`.
+        """
+        if self._consumer.assignment() or self._consumer.group_metadata().state != MemberState.REBALANCING:
+            self._rebalancing_since = None
+            return
+        now = time.monotonic()
+        if self._rebalancing_since is None:
+            self._rebalancing_since = now
+        elif now - self._rebalancing_since >= self.rejoin_after_s:
+            log.warning("rebalancing without partitions for %.0f s; rejoining the group", self.rejoin_after_s)
+            self._consumer.unsubscribe()
+            self._consumer.subscribe([self.settings.topic])
+            self._rebalancing_since = None
+
+    def _rewind(self, records: Sequence[ConsumerRecord]) -> None:
+        """Seek back to the batch's first offset per partition, so the next poll redelivers all of it."""
+        first: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            first[tp] = min(first.get(tp, record.offset), record.offset)
+        assigned = self._consumer.assignment()
+        for tp, offset in first.items():
+            # A partition lost in a rebalance is redelivered to its new owner from the last commit.
+            if tp in assigned:
+                self._consumer.seek(tp, offset)
+
+    # ------------------------------------------------------------------------------- one batch
+    def process_batch(self, records: Sequence[ConsumerRecord]) -> BatchResult:
+        """Validate → coalesce → compress → write → dead-letter acks → commit (module docstring)."""
+        started = time.perf_counter()
+        result = BatchResult(consumed=len(records))
+
+        valid, dead = self._validate(records)
+        latest = self._coalesce(valid, result)
+        upserts = [p for p in latest if p.event.op == "upsert"]
+        deletes = [p.event for p in latest if p.event.op == "delete"]
+        reused, to_compress = self._plan(upserts, result)
+        compressed, failed = self._compress(to_compress)
+        dead += failed
+        result.compressed = len(compressed)
+
+        dlq_acks = self._dead_letter(dead)  # in flight while Feast writes
+        written = self.store.write(reused + compressed)
+        removed = self.store.delete([e.item_id for e in deletes], [e.version for e in deletes])
+        self._await_acks(dlq_acks)
+        result.offsets = self._commit(records)
+
+        # The store refuses what it already has newer (e.g. an upsert older than a tombstone).
+        result.skipped["stale"] += len(written.skipped) + len(removed.skipped)
+        result.deleted = len(removed.written)
+        for letter in dead:
+            result.dead_lettered[letter.code] = result.dead_lettered.get(letter.code, 0) + 1
+        self._observe(result, time.perf_counter() - started)
+        return result
+
+    def _observe(self, result: BatchResult, seconds: float) -> None:
+        """Metrics and a log line, for committed batches only: a failed batch is counted once, on retry."""
+        CONSUMER_EVENTS.inc(result.consumed)
+        CONSUMER_COMPRESSED.inc(result.compressed)
+        CONSUMER_DELETED.inc(result.deleted)
+        for code, count in result.dead_lettered.items():
+            CONSUMER_DEAD_LETTERED.labels(reason=code).inc(count)
+        for reason, count in result.skipped.items():
+            CONSUMER_SKIPPED.labels(reason=reason).inc(count)
+        CONSUMER_BATCH_SECONDS.observe(seconds)
+        self._update_lag()
+        committed = {f"{tp.topic}[{tp.partition}]": offset for tp, offset in result.offsets.items()}
+        log.info(
+            "batch of %d records in %.2f s: %d compressed, %d deleted, dead-lettered %s, skipped %s; "
+            "committed %s",
+            result.consumed,
+            seconds,
+            result.compressed,
+            result.deleted,
+            result.dead_lettered,
+            result.skipped,
+            committed,
+        )
+
+    def _validate(self, records: Sequence[ConsumerRecord]) -> tuple[list[_Pending], list[DeadLetter]]:
+        valid: list[_Pending] = []
+        dead: list[DeadLetter] = []
+        for record in records:
+            try:
+                valid.append(_Pending(decode_event(record.key, record.value), record))
+            except InvalidEventError as exc:
+                dead.append(DeadLetter(record, exc.reason, dead_letter_reason_code(exc.reason)))
+        return valid, dead
+
+    @staticmethod
+    def _coalesce(valid: list[_Pending], result: BatchResult) -> list[_Pending]:
+        """Newest version per item (at equal versions the later record: the same state, redelivered)."""
+        latest: dict[str, _Pending] = {}
+        for pending in valid:
+            current = latest.get(pending.event.item_id)
+            if current is None or pending.event.version >= current.event.version:
+                latest[pending.event.item_id] = pending
+        result.skipped["superseded"] += len(valid) - len(latest)
+        return list(latest.values())
+
+    def _plan(self, upserts: list[_Pending], result: BatchResult) -> tuple[list[GistRow], list[_Pending]]:
+        """Split upserts into rows that reuse the stored blob and events that need compression."""
+        stored = self.store.read([p.event.item_id for p in upserts]) if upserts else {}
+        reuse: list[GistRow] = []
+        compress: list[_Pending] = []
+        for pending in upserts:
+            event, row = pending.event, stored.get(pending.event.item_id)
+            # Same version and model: already written (a redelivery); higher version: a newer event won.
+            # A tombstone reads as None, so an upsert older than a delete is compressed, then refused.
+            if row is not None and (
+                row.version > event.version
+                or (row.version == event.version and row.fingerprint == self.fingerprint)
+            ):
+                result.skipped["stale"] += 1
+                continue
+            fields = event.fields
+            assert fields is not None  # the schema requires fields on upserts
+            digest = content_hash(fields.title, fields.attributes, fields.description)
+            if row is not None and row.content_hash == digest and row.fingerprint == self.fingerprint:
+                # Same text, same model → same K/V. Still written, so the store's version moves on and a
+                # stale event arriving later cannot replace it.
+                reuse.append(dataclasses.replace(row, version=event.version))
+                result.skipped["unchanged"] += 1
+            else:
+                compress.append(pending)
+        return reuse, compress
+
+    def _compress(self, pending: list[_Pending]) -> tuple[list[GistRow], list[DeadLetter]]:
+        """Render and compress in `compress_batch_size` forwards; encode each K/V into a blob.
+
+        If a forward fails, its items are retried one by one so that one bad item is dead-lettered
+        (reason "compress_failed") instead of blocking its partition forever.
+        """
+        rows: list[GistRow] = []
+        dead: list[DeadLetter] = []
+        for start in range(0, len(pending), self.compress_batch_size):
+            chunk = pending[start : start + self.compress_batch_size]
+            try:
+                rows.extend(self._compress_rows(chunk))
+                continue
+            except Exception:
+                log.warning(
+                    "compressing %d items failed; retrying them one by one", len(chunk), exc_info=True
+                )
+            for one in chunk:
+                try:
+                    rows.extend(self._compress_rows([one]))
+                except Exception as exc:
+                    reason = f"compression failed: {type(exc).__name__}: {exc}"[:500]
+                    dead.append(DeadLetter(one.record, reason, "compress_failed"))
+        return rows, dead
+
+    def _compress_rows(self, chunk: list[_Pending]) -> list[GistRow]:
+        items = []
+        for pending in chunk:
+            assert pending.event.fields is not None  # the schema requires fields on an upsert
+            items.append((pending.event.item_id, pending.event.fields, pending.event.version))
+        return compress_rows(self.model, items, self.compress_batch_size, self.storage_dtype)
+
+    def _dead_letter(self, dead: list[DeadLetter]) -> list[Future]:
+        acks = []
+        for letter in dead:
+            log.warning(
+                "dead-lettering %s[%d]@%d: %s",
+                letter.record.topic,
+                letter.record.partition,
+                letter.record.offset,
+                letter.reason,
+            )
+            value = dead_letter_value(letter, self.settings.group_id)
+            key = letter.record.key
+            # The key only partitions the dead-letter topic (the value holds it in full): drop a huge one
+            # rather than exceed the record size limit.
+            key = key if key is None or len(key) <= _DLQ_MAX_KEY_BYTES else None
+            acks.append(self._dlq.send(self.settings.dlq_topic, key=key, value=value))
+        return acks
+
+    def _await_acks(self, acks: list[Future]) -> None:
+        if not acks:
+            return
+        self._dlq.flush(timeout=self.ack_timeout_s)
+        for ack in acks:
+            if not ack.succeeded():
+                raise _DeadLetterError(f"dead-letter record not acknowledged: {ack.exception!r}")
+
+    def _commit(self, records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
+        offsets: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
+        self._consumer.commit(
+            {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()},
+            timeout_ms=int(self.ack_timeout_s * 1000),
+        )
+        return offsets
+
+    def _update_lag(self) -> None:
+        """Lag = high watermark − position, from the last fetch responses (no extra broker request)."""
+        assigned = self._consumer.assignment()
+        for tp in self._lag_partitions - assigned:
+            CONSUMER_LAG.remove(tp.topic, str(tp.partition))
+        self._lag_partitions &= assigned
+        for tp in assigned:
+            highwater = self._consumer.highwater(tp)
+            if highwater is None:
+                continue
+            try:
+                position = self._consumer.position(tp, timeout_ms=0)
+            except KafkaError:  # no position yet (e.g. right after a rebalance): try again next time
+                continue
+            if position is not None:
+                CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, highwater - position))
+                self._lag_partitions.add(tp)
+
+
+class _DeadLetterError(RuntimeError):
+    """A dead-letter record was not acknowledged; the batch must not be committed."""
+
+
+# Failures of the store or the broker, not of the batch's content: rewind and retry the batch.
+_RETRYABLE = (FeatureStoreUnavailableError, _DeadLetterError, KafkaError)

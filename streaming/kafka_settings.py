@@ -1,0 +1,172 @@
+"""Kafka client settings (from `GISTRANK_KAFKA_*` environment variables) and topic creation.
+
+Every producer, consumer and admin client of the project is built from `KafkaSettings`, so a deployment
+configures brokers, TLS and SASL once, in the environment, the way production injects secrets:
+
+    GISTRANK_KAFKA_BOOTSTRAP_SERVERS   host:port[,host:port…]        (default 127.0.0.1:9092)
+    GISTRANK_KAFKA_SECURITY_PROTOCOL   PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    GISTRANK_KAFKA_SASL_MECHANISM      PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
+    GISTRANK_KAFKA_SASL_USERNAME / GISTRANK_KAFKA_SASL_PASSWORD
+    GISTRANK_KAFKA_SSL_CAFILE / GISTRANK_KAFKA_SSL_CERTFILE / GISTRANK_KAFKA_SSL_KEYFILE
+    GISTRANK_KAFKA_SSL_PASSWORD        password of an encrypted key file
+    GISTRANK_KAFKA_TOPIC               change topic      (default gistrank.catalog-changes)
+    GISTRANK_KAFKA_DLQ_TOPIC           dead-letter topic (default gistrank.catalog-changes.dlq)
+    GISTRANK_KAFKA_GROUP_ID            consumer group    (default gistrank-gist-writer)
+    GISTRANK_KAFKA_SESSION_TIMEOUT_MS  how soon a crashed consumer's partitions move on (default 45000)
+    GISTRANK_KAFKA_CLIENT_ID           client id shown in broker logs and quotas (default gistrank)
+
+kafka-python is imported inside the functions that need it, so reading settings stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+ENV_PREFIX = "GISTRANK_KAFKA_"
+# The dead-letter topic holds the original record base64-encoded (×4/3) plus the reason, so it must accept
+# records larger than the change topic's (broker default ~1 MiB). Created with this limit by `ensure_topics`;
+# the consumer's DLQ producer uses the same bound and truncates (flagged) only what would still not fit.
+DLQ_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class KafkaSettings(BaseModel):
+    """Connection, security, topic and group settings shared by every Kafka client of GistRank."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None  # SecretStr: never printed in reprs or logs
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: SecretStr | None = None
+    topic: str = Field("gistrank.catalog-changes", min_length=1)
+    dlq_topic: str = Field("gistrank.catalog-changes.dlq", min_length=1)
+    group_id: str = Field("gistrank-gist-writer", min_length=1)
+    client_id: str = Field("gistrank", min_length=1)
+    # The group waits this long for a consumer that died without leaving (kill -9, lost host) before its
+    # partitions are reassigned; the broker bounds it (group.min.session.timeout.ms, 6 s by default).
+    session_timeout_ms: int = Field(45_000, ge=1000)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _servers_given(cls, value: str) -> str:
+        if not [s for s in value.split(",") if s.strip()]:
+            raise ValueError("bootstrap_servers needs at least one host:port")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        uses_sasl = self.security_protocol.startswith("SASL_")
+        if uses_sasl and (self.sasl_mechanism is None or not self.sasl_username or not self.sasl_password):
+            raise ValueError(
+                f"{self.security_protocol} needs sasl_mechanism, sasl_username and sasl_password"
+            )
+        if not uses_sasl and self.sasl_mechanism is not None:
+            raise ValueError(f"sasl_mechanism is set but security_protocol is {self.security_protocol}")
+        if self.topic == self.dlq_topic:
+            raise ValueError("the dead-letter topic must differ from the change topic")
+        return self
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> KafkaSettings:
+        """Settings from `GISTRANK_KAFKA_*` variables; `overrides` that are not None win (CLI options)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw.strip():
+                values[name] = raw.strip()
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @property
+    def servers(self) -> list[str]:
+        return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Connection and security options common to producer, consumer and admin client."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self.servers,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            # kafka-python backs off up to 30 s between reconnects by default; after a broker restart that
+            # leaves a consumer idle long after the broker is back. 1 s is the Java client's default.
+            "reconnect_backoff_max_ms": 1000,
+        }
+        if self.sasl_mechanism is not None and self.sasl_password is not None:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            kwargs["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
+        if self.ssl_password is not None:
+            kwargs["ssl_password"] = self.ssl_password.get_secret_value()
+        return kwargs
+
+    def producer_kwargs(self, max_request_size: int | None = None) -> dict[str, Any]:
+        """acks=all + idempotence: a send is acknowledged only once every in-sync replica has it, and
+        retries after a lost ack cannot duplicate or reorder records within a partition."""
+        kwargs = self.client_kwargs() | {"acks": "all", "enable_idempotence": True, "linger_ms": 5}
+        if max_request_size is not None:
+            kwargs["max_request_size"] = max_request_size
+        return kwargs
+
+    def consumer_kwargs(self) -> dict[str, Any]:
+        """Manual commits only (the consumer commits after its writes are acknowledged); a new group
+        starts from the oldest retained event so that nothing published before it existed is missed."""
+        return self.client_kwargs() | {
+            "group_id": self.group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            # Topics are created explicitly (ensure_topics); a typo must not create an empty topic.
+            "allow_auto_create_topics": False,
+            "session_timeout_ms": self.session_timeout_ms,
+            # The usual third of the session timeout, never above kafka-python's 3 s default.
+            "heartbeat_interval_ms": min(3000, self.session_timeout_ms // 3),
+        }
+
+    def admin_kwargs(self) -> dict[str, Any]:
+        return self.client_kwargs()
+
+
+def ensure_topics(settings: KafkaSettings, partitions: int = 3, timeout_s: float = 30.0) -> None:
+    """Create the change and dead-letter topics if missing (idempotent), and wait until both have leaders.
+
+    Existing topics are left as they are, whatever their partition count. The replication factor is the
+    broker's `default.replication.factor` (-1), which production clusters set and a dev broker keeps at 1.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError, for_code
+
+    if partitions < 1:
+        raise ValueError(f"partitions must be ≥ 1, got {partitions}")
+    wanted = {
+        settings.topic: {"num_partitions": partitions, "replication_factor": -1},
+        settings.dlq_topic: {
+            "num_partitions": 1,
+            "replication_factor": -1,
+            "configs": {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+        },
+    }
+    admin = KafkaAdminClient(**settings.admin_kwargs())
+    try:
+        result = admin.create_topics(wanted, timeout_ms=int(timeout_s * 1000), raise_errors=False)
+        for topic in result["topics"]:
+            error = for_code(topic["error_code"])
+            if topic["error_code"] != 0 and error is not TopicAlreadyExistsError:
+                raise error(f"creating topic {topic['name']!r}: {topic.get('error_message')}")
+        admin.wait_for_topics(list(wanted), timeout_ms=int(timeout_s * 1000))
+    finally:
+        admin.close()

@@ -1,0 +1,116 @@
+"""Backfill: compress catalog items into the gist store, all of them or only the stale ones.
+
+Stale = the stored row's fingerprint is not the model's, or there is no live row (missing or deleted in the
+store). After a model upgrade, `stale_only` recompresses exactly the rows the old model wrote, and a rerun
+after an interruption resumes where it stopped. Rows are written at the item's catalog version, so the store
+takes them over an older row or a same-version row from another model, and refuses them when the consumer
+has already written a newer version.
+
+The store serialises writes within one process only: run a backfill while no consumer writes to the same
+store, or a consumer's newer row can be overwritten by the backfill's read-then-write of an older version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from tqdm.auto import tqdm
+
+from reranker import kv_codec
+from reranker.render import content_hash, render_item
+from streaming.catalog import BATCH, Catalog, Item
+from streaming.events import ItemFields
+from streaming.gist_store import GistRow, GistStore
+
+if TYPE_CHECKING:
+    from reranker.model import GistReranker
+
+
+@dataclass(frozen=True)
+class MaterializeResult:
+    scanned: int  # live catalog items looked at
+    compressed: int  # items run through the model
+    written: int  # rows the store took (the rest it already had, or had newer)
+
+
+def _live_items(catalog: Catalog) -> int:
+    with Session(catalog.engine) as session:
+        return session.scalar(select(func.count()).select_from(Item).where(Item.deleted.is_(False))) or 0
+
+
+def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
+    chunk: list[Item] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def compress_rows(
+    model: GistReranker,
+    items: Sequence[tuple[str, ItemFields, int]],
+    batch_size: int = 16,
+    storage_dtype: str | None = None,
+) -> list[GistRow]:
+    """(item_id, fields, version) → store rows: render, compress in `batch_size` forwards, encode.
+
+    The one place, shared by the consumer and the backfill, where item content becomes a K/V blob. The
+    content hash is computed from the fields, never copied from elsewhere: a renderer change must show.
+    """
+    texts = [render_item(f.title, f.attributes, f.description) for _, f, _ in items]
+    kvs = model.compress(texts, batch_size=batch_size)
+    rows = []
+    for (item_id, fields, version), kv in zip(items, kvs, strict=True):
+        digest = content_hash(fields.title, fields.attributes, fields.description)
+        rows.append(
+            GistRow(
+                item_id=item_id,
+                kv=kv_codec.encode(kv, digest, storage_dtype),
+                fingerprint=kv.fingerprint,
+                num_gist=kv.num_gist,
+                item_tokens=kv.item_tokens,
+                content_hash=digest,
+                version=version,
+            )
+        )
+    return rows
+
+
+def materialize(
+    catalog: Catalog,
+    model: GistReranker,
+    store: GistStore,
+    stale_only: bool = False,
+    batch_size: int = 16,
+    storage_dtype: str | None = None,
+    progress: bool = True,
+) -> MaterializeResult:
+    """Compress every live catalog item (or only the stale ones) in `batch_size` forwards and write them.
+
+    Items are read, compared, compressed and written `catalog.BATCH` at a time, so memory stays bounded
+    and a crash loses at most one chunk of work.
+    """
+    fingerprint = model.fingerprint
+    scanned = compressed = written = 0
+    with tqdm(total=_live_items(catalog), unit="item", desc="materialize", disable=not progress) as bar:
+        for chunk in _chunks(catalog.iter_items(), BATCH):
+            scanned += len(chunk)
+            todo = chunk
+            if stale_only:
+                stored = store.stored_fingerprints([item.item_id for item in chunk])
+                todo = [item for item in chunk if stored[item.item_id] != fingerprint]
+            if todo:
+                items = [(item.item_id, item.fields(), item.version) for item in todo]
+                rows = compress_rows(model, items, batch_size, storage_dtype)
+                compressed += len(rows)
+                written += len(store.write(rows).written)
+            bar.update(scanned - bar.n)
+            bar.set_postfix(compressed=compressed, written=written)
+    return MaterializeResult(scanned=scanned, compressed=compressed, written=written)

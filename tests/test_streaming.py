@@ -1,0 +1,690 @@
+"""Kafka → gist K/V → Feast, end to end: a real broker (scripts/kafka.sh), a real Feast SQLite store, the tiny
+model. Each test gets its own topics and consumer group on the module's broker, so tests stay independent.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import KafkaError
+from kafka.structs import ConsumerGroupMetadata, MemberState
+from prometheus_client import REGISTRY
+from typer.testing import CliRunner
+
+from reranker import GistConfig, GistReranker, kv_codec
+from reranker.render import content_hash, render_item
+from streaming.broker import KafkaBroker
+from streaming.catalog import Catalog
+from streaming.cli import main as cli_app
+from streaming.consumer import DeadLetter, GistConsumer, dead_letter_value
+from streaming.events import ChangeEvent, ItemFields, encode_event
+from streaming.gist_store import GistStore
+from streaming.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings, ensure_topics
+from streaming.materialize import compress_rows
+from streaming.publisher import EventPublisher, publish_events
+
+pytestmark = pytest.mark.kafka
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_CATALOG = REPO / "reranker" / "data" / "sample_catalog.jsonl"
+WAIT_S = 120.0  # generous: subprocess start (torch + feast imports) is slow on a busy 2-core machine
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(every_s)
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def fields(title: str, description: str = "", **attributes: Any) -> ItemFields:
+    return ItemFields(title=title, attributes=attributes, description=description)
+
+
+def upsert(item_id: str, version: int, item: ItemFields) -> ChangeEvent:
+    return ChangeEvent(
+        op="upsert", item_id=item_id, version=version, timestamp=datetime.now(UTC), fields=item
+    )
+
+
+def delete(item_id: str, version: int) -> ChangeEvent:
+    return ChangeEvent(op="delete", item_id=item_id, version=version, timestamp=datetime.now(UTC))
+
+
+def assert_row_is_direct_compress(
+    store: GistStore, model: GistReranker, item_id: str, item: ItemFields, version: int
+):
+    """The online row decodes to exactly what compressing the item directly gives (fp32 tiny model)."""
+    row = store.read([item_id])[item_id]
+    assert row is not None, f"{item_id} missing from the online store"
+    assert row.version == version, f"{item_id}: stored version {row.version}, expected {version}"
+    digest = content_hash(item.title, item.attributes, item.description)
+    decoded = kv_codec.decode(row.kv, expected_fingerprint=model.fingerprint)
+    expected = model.compress([render_item(item.title, item.attributes, item.description)])[0]
+    assert (row.content_hash, decoded.content_hash, row.fingerprint) == (digest, digest, model.fingerprint)
+    assert (row.item_tokens, row.num_gist) == (expected.item_tokens, expected.num_gist)
+    # Batch composition changes padding, so allow float noise, nothing more.
+    torch.testing.assert_close(decoded.kv.kv, expected.kv, rtol=1e-4, atol=1e-5)
+
+
+class Probe:
+    """Read-only view of a test's topics and group: end offsets, committed offsets, dead-letter records."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.admin = KafkaAdminClient(**settings.admin_kwargs())
+        self.reader = KafkaConsumer(**settings.client_kwargs())
+
+    def close(self) -> None:
+        self.admin.close()
+        self.reader.close()
+
+    def _partitions(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.reader.partitions_for_topic(topic) or ())]
+
+    def end_offsets(self) -> dict[TopicPartition, int]:
+        return self.reader.end_offsets(self._partitions(self.settings.topic))
+
+    def committed(self) -> dict[TopicPartition, int]:
+        try:
+            offsets = self.admin.list_group_offsets({self.settings.group_id: None})[self.settings.group_id]
+        except KafkaError as exc:
+            if exc.retriable:  # e.g. the group coordinator is still being set up: nothing committed yet
+                return {}
+            raise
+        return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+
+    def caught_up(self) -> bool:
+        committed = self.committed()
+        return all(committed.get(tp, 0) == end for tp, end in self.end_offsets().items())
+
+    def dead_letters(self) -> list[ConsumerRecord]:
+        partitions = self._partitions(self.settings.dlq_topic)
+        self.reader.assign(partitions)
+        self.reader.seek_to_beginning(*partitions)
+        end = self.reader.end_offsets(partitions)
+        records: list[ConsumerRecord] = []
+        deadline = time.monotonic() + 30
+        while any(self.reader.position(tp) < end[tp] for tp in partitions):
+            assert time.monotonic() < deadline, "could not read the dead-letter topic"
+            for batch in self.reader.poll(timeout_ms=500).values():
+                records.extend(batch)
+        return records  # one partition: in the order they were dead-lettered
+
+
+class Running:
+    """`GistConsumer.run` in a background thread, as the CLI runs it in the main one."""
+
+    def __init__(self, consumer: GistConsumer) -> None:
+        self.stop_event = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, args=(consumer,), daemon=True)
+        self.thread.start()
+
+    def _run(self, consumer: GistConsumer) -> None:
+        try:
+            consumer.run(self.stop_event)
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def stop(self) -> None:
+        """Request a stop, wait for it, and re-raise what the consumer raised, if anything."""
+        self.stop_event.set()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "consumer did not stop"
+        if self.errors:
+            raise self.errors[0]
+
+
+def consume_all(
+    probe: Probe, model: GistReranker, store: GistStore, timeout_s: float = 90, **kwargs: Any
+) -> None:
+    """Run an in-process GistConsumer until its group has committed everything in the change topic."""
+    running = Running(GistConsumer(probe.settings, model, store, poll_timeout_s=0.2, **kwargs))
+    try:
+        wait_until(
+            lambda: running.errors or probe.caught_up(), timeout_s, "the consumer to commit every record"
+        )
+    finally:
+        running.stop()
+
+
+def cli(args: list[str], settings: KafkaSettings) -> str:
+    env = {
+        "GISTRANK_KAFKA_TOPIC": settings.topic,
+        "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic,
+        "GISTRANK_KAFKA_GROUP_ID": settings.group_id,
+    }
+    result = CliRunner().invoke(cli_app, [*args], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+# ----------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    kafka = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    kafka.start()
+    yield kafka
+    kafka.stop()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_model: GistReranker, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model as a checkpoint folder, for CLI runs and subprocess consumers."""
+    return tiny_model.save_pretrained(tmp_path_factory.mktemp("tiny_checkpoint"))
+
+
+@pytest.fixture
+def settings(broker: KafkaBroker, request: pytest.FixtureRequest) -> KafkaSettings:
+    name = f"{re.sub(r'[^a-zA-Z0-9]+', '-', request.node.name)[:60]}-{uuid.uuid4().hex[:6]}"
+    config = KafkaSettings(
+        bootstrap_servers=broker.bootstrap_servers,
+        topic=f"{name}.changes",
+        dlq_topic=f"{name}.dlq",
+        group_id=f"{name}.writer",
+        session_timeout_ms=6000,  # a killed consumer's partitions move on after 6 s, not 45
+    )
+    ensure_topics(config, partitions=2)
+    return config
+
+
+@pytest.fixture
+def probe(settings: KafkaSettings) -> Iterator[Probe]:
+    view = Probe(settings)
+    yield view
+    view.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> GistStore:
+    gist_store = GistStore(tmp_path / "feast")
+    gist_store.apply()
+    return gist_store
+
+
+@pytest.fixture
+def catalog_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'catalog.db'}"
+
+
+# -------------------------------------------------------------------------------------------------- tests
+def test_settings_from_env_build_client_kwargs() -> None:
+    env = {
+        "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": "b1:9093, b2:9093",
+        "GISTRANK_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "GISTRANK_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "GISTRANK_KAFKA_SASL_USERNAME": "writer",
+        "GISTRANK_KAFKA_SASL_PASSWORD": "s3cret",
+        "GISTRANK_KAFKA_SSL_CAFILE": "/etc/ca.pem",
+        "GISTRANK_KAFKA_TOPIC": "changes",
+        "GISTRANK_KAFKA_DLQ_TOPIC": "changes.dlq",
+        "GISTRANK_KAFKA_GROUP_ID": "writers",
+    }
+    config = KafkaSettings.from_env(env, bootstrap_servers=None)
+    assert "s3cret" not in repr(config)
+    consumer = config.consumer_kwargs()
+    assert consumer["bootstrap_servers"] == ["b1:9093", "b2:9093"]
+    assert consumer["sasl_plain_password"] == "s3cret" and consumer["ssl_cafile"] == "/etc/ca.pem"
+    assert (consumer["group_id"], consumer["enable_auto_commit"]) == ("writers", False)
+    producer = config.producer_kwargs()
+    assert (producer["acks"], producer["enable_idempotence"]) == ("all", True)
+    assert set(consumer) <= set(KafkaConsumer.DEFAULT_CONFIG) and set(producer) <= set(
+        KafkaProducer.DEFAULT_CONFIG
+    )
+    assert KafkaSettings.from_env(env, bootstrap_servers="x:1").servers == ["x:1"]
+    with pytest.raises(ValueError, match="needs sasl_mechanism"):
+        KafkaSettings.from_env({"GISTRANK_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    with pytest.raises(ValueError, match="must differ"):
+        KafkaSettings(topic="t", dlq_topic="t")
+
+
+def test_ensure_topics_is_idempotent(settings: KafkaSettings, probe: Probe) -> None:
+    ensure_topics(settings, partitions=5)  # exists already with 2: left alone, no error
+    assert len(probe.end_offsets()) == 2
+    configs = probe.admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, settings.dlq_topic)])
+    assert configs["topic"][settings.dlq_topic]["max.message.bytes"]["value"] == str(DLQ_MAX_MESSAGE_BYTES)
+
+
+def test_publish_consume_equals_direct_compress(
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, catalog_url: str
+) -> None:
+    assert "16 items" in cli(["catalog", "load", str(SAMPLE_CATALOG), "--catalog-url", catalog_url], settings)
+    out = cli(
+        ["publish", "--catalog-url", catalog_url, "--bootstrap-servers", settings.bootstrap_servers], settings
+    )
+    assert "published 16 events" in out
+    compressed = metric("gistrank_consumer_items_compressed_total")
+    consume_all(probe, tiny_model, store, batch_size=5, compress_batch_size=3)
+    assert metric("gistrank_consumer_items_compressed_total") - compressed == 16
+
+    with Catalog(catalog_url) as catalog:
+        items = {item.item_id: item for item in catalog.iter_items()}
+    for item_id, item in items.items():
+        assert_row_is_direct_compress(store, tiny_model, item_id, item.fields(), item.version)
+
+    # At-least-once redelivery of everything: nothing recompressed, nothing changed.
+    before = store.read(list(items))
+    stale = metric("gistrank_consumer_events_skipped_total", reason="stale")
+    cli(
+        ["publish", "--catalog-url", catalog_url, "--bootstrap-servers", settings.bootstrap_servers], settings
+    )
+    consume_all(probe, tiny_model, store)
+    assert metric("gistrank_consumer_items_compressed_total") - compressed == 16
+    assert metric("gistrank_consumer_events_skipped_total", reason="stale") - stale == 16
+    assert store.read(list(items)) == before
+
+
+def test_catalog_update_and_delete_reach_the_store(
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, catalog_url: str
+) -> None:
+    servers = ["--catalog-url", catalog_url, "--bootstrap-servers", settings.bootstrap_servers]
+    cli(["catalog", "load", str(SAMPLE_CATALOG), *servers[:2]], settings)
+    cli(["publish", *servers], settings)
+    consume_all(probe, tiny_model, store)
+    with Catalog(catalog_url) as catalog:
+        changed, renamed, dropped = [item.item_id for item in catalog.iter_items()][:3]
+        old = catalog.get([changed, renamed])
+        old_changed, old_renamed = old[changed], old[renamed]
+
+    assert "upsert" in cli(["catalog", "update", changed, "--attr", "storage=512GB", *servers], settings)
+    # Extra spaces render to the same text: a new version, but no recompression.
+    spaced = "  " + old_renamed.title.replace(" ", "   ") + " "
+    cli(["catalog", "update", renamed, "--title", spaced, *servers], settings)
+    assert "delete" in cli(["catalog", "update", dropped, "--delete", *servers], settings)
+    unchanged = metric("gistrank_consumer_events_skipped_total", reason="unchanged")
+    consume_all(probe, tiny_model, store)
+
+    with Catalog(catalog_url) as catalog:
+        now = catalog.get([changed, renamed])
+    assert now[changed].attributes == old_changed.attributes | {"storage": "512GB"}  # --attr merges
+    assert_row_is_direct_compress(store, tiny_model, changed, now[changed].fields(), now[changed].version)
+    renamed_row = store.read([renamed])[renamed]
+    assert renamed_row is not None and renamed_row.version == now[renamed].version > old_renamed.version
+    assert renamed_row.content_hash == old_renamed.content_hash
+    assert metric("gistrank_consumer_events_skipped_total", reason="unchanged") - unchanged == 1
+    assert store.read([dropped]) == {dropped: None}
+
+    # An upsert older than the delete (a replayed file) never resurrects the item.
+    publish_events(settings, [upsert(dropped, 1, fields("resurrected?"))])
+    consume_all(probe, tiny_model, store)
+    assert store.read([dropped]) == {dropped: None}
+
+
+def test_older_version_never_wins(
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, tmp_path: Path
+) -> None:
+    a5, a3, a4 = fields("A five", "fifth"), fields("A three", "third"), fields("A four", "fourth")
+    b2, b4 = fields("B two"), fields("B four", size="XL")
+    events_file = tmp_path / "events.jsonl"
+    # Within one batch: A's v3 after v5, B's v2 before v4.
+    events = [upsert("A", 5, a5), upsert("A", 3, a3), upsert("B", 2, b2), upsert("B", 4, b4)]
+    events_file.write_bytes(b"".join(encode_event(e)[1] + b"\n" for e in events))
+    servers = ["--bootstrap-servers", settings.bootstrap_servers]
+    assert "published 4 events" in cli(["publish", "--file", str(events_file), *servers], settings)
+    superseded = metric("gistrank_consumer_events_skipped_total", reason="superseded")
+    consume_all(probe, tiny_model, store, batch_size=10)
+    assert_row_is_direct_compress(store, tiny_model, "A", a5, 5)
+    assert_row_is_direct_compress(store, tiny_model, "B", b4, 4)
+    # Each item's two events share a partition and a producer batch, hence one poll: A3 and B2 coalesced away.
+    assert metric("gistrank_consumer_events_skipped_total", reason="superseded") - superseded == 2
+
+    # In a later batch: older versions arrive after the newer ones were stored.
+    stale = metric("gistrank_consumer_events_skipped_total", reason="stale")
+    publish_events(settings, [upsert("A", 4, a4), delete("B", 3)])
+    consume_all(probe, tiny_model, store)
+    assert_row_is_direct_compress(store, tiny_model, "A", a5, 5)
+    assert_row_is_direct_compress(store, tiny_model, "B", b4, 4)
+    assert metric("gistrank_consumer_events_skipped_total", reason="stale") - stale == 2
+
+
+def test_publish_file_with_a_bad_line_publishes_nothing(
+    settings: KafkaSettings, probe: Probe, tmp_path: Path
+):
+    good = encode_event(upsert("A", 1, fields("A")))[1]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(good + b"\n" + b'{"op": "upsert", "item_id": "B"}\n')
+    result = CliRunner().invoke(
+        cli_app,
+        ["publish", "--file", str(path), "--bootstrap-servers", settings.bootstrap_servers],
+        env={"GISTRANK_KAFKA_TOPIC": settings.topic, "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic},
+    )
+    assert result.exit_code != 0 and "line 2" in result.output
+    assert sum(probe.end_offsets().values()) == 0
+
+
+def test_poison_events_are_dead_lettered_and_the_rest_processed(
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker
+) -> None:
+    def event_json(**overrides: Any) -> bytes:
+        body = json.loads(encode_event(upsert("p", 1, fields("poison")))[1]) | overrides
+        return json.dumps({k: v for k, v in body.items() if v is not None}).encode()
+
+    ok1, ok2 = fields("first good item", "before the poison"), fields("second good item", "after it")
+    huge_description = {"title": "t", "attributes": {}, "description": "x" * 70_000}
+    poison: list[tuple[bytes | None, bytes | None, str]] = [
+        (b"p", b"{not json", "invalid_json"),
+        (b"p", b"[1, 2]", "invalid_json"),  # JSON, but not an object
+        (b"p", event_json(version=None, fields=None), "schema"),  # missing fields
+        (b"p", event_json(op="merge"), "schema"),  # unknown op
+        (b"p", event_json(fields=huge_description), "schema"),  # text over the description limit
+        (b"p", event_json(fields={**huge_description, "description": "y" * 600_000}), "oversized"),
+        (b"p", event_json(version="7"), "schema"),  # wrong type
+        (b"p", event_json(fields={"title": 5, "attributes": [], "description": None}), "schema"),
+        (b"p", b"\xff\xfe\x00binary", "invalid_utf8"),
+        (b"p", None, "tombstone"),
+        (b"other", event_json(), "bad_key"),
+        (None, event_json(), "bad_key"),
+    ]
+    before = {
+        code: metric("gistrank_consumer_events_dead_lettered_total", reason=code) for _, _, code in poison
+    }
+    producer = KafkaProducer(**settings.producer_kwargs())
+    records = [(b"ok1", encode_event(upsert("ok1", 1, ok1))[1])] + [(k, v) for k, v, _ in poison]
+    records.append((b"ok2", encode_event(upsert("ok2", 2, ok2))[1]))
+    # One partition, so source offsets follow the send order.
+    sent = [
+        producer.send(settings.topic, key=k, value=v, partition=0, headers=[("h", b"\x00\xff")])
+        for k, v in records
+    ]
+    producer.flush()
+    producer.close()
+    offsets = [future.get(timeout=10).offset for future in sent]
+
+    consume_all(probe, tiny_model, store, batch_size=4)
+    assert_row_is_direct_compress(store, tiny_model, "ok1", ok1, 1)
+    assert_row_is_direct_compress(store, tiny_model, "ok2", ok2, 2)
+    assert store.read(["p"]) == {"p": None}
+
+    letters = probe.dead_letters()
+    assert len(letters) == len(poison)
+    for letter, (key, value, code), offset in zip(letters, poison, offsets[1:-1], strict=True):
+        body = json.loads(letter.value)
+        assert body["reason_code"] == code and body["reason"], body["reason"]
+        assert body["source"] == {
+            "topic": settings.topic,
+            "partition": 0,
+            "offset": offset,
+            "timestamp_ms": body["source"]["timestamp_ms"],
+        }
+        assert letter.key == key
+        for original, payload in ((key, body["key"]), (value, body["value"])):
+            assert decode_payload(payload) == original  # lossless, UTF-8 or not
+        assert [name for name, _ in body["headers"]] == ["h"] and decode_payload(
+            body["headers"][0][1]
+        ) == b"\x00\xff"
+    binary = json.loads(letters[8].value)["value"]
+    assert binary["encoding"] == "base64" and "utf8_error" in binary
+    for code in {code for _, _, code in poison}:
+        expected = sum(1 for _, _, c in poison if c == code)
+        assert metric("gistrank_consumer_events_dead_lettered_total", reason=code) - before[code] == expected
+
+
+def decode_payload(payload: dict[str, Any] | None) -> bytes | None:
+    if payload is None:
+        return None
+    if payload["encoding"] == "base64":
+        return base64.b64decode(payload["data"])
+    return payload["data"].encode("utf-8")
+
+
+def test_dead_letter_value_keeps_bytes_unless_over_the_topic_limit() -> None:
+    small = b"\x00\xff\xfe not utf-8"
+    record = ConsumerRecord("t", 3, -1, 42, 1, 0, b"k", small, [], None, 1, len(small), 0)
+    body = json.loads(dead_letter_value(DeadLetter(record, "why", "invalid_utf8"), "g"))
+    assert decode_payload(body["value"]) == small and "truncated" not in body["value"]
+    assert body["source"]["offset"] == 42 and body["consumer_group"] == "g"
+
+    huge = os.urandom(DLQ_MAX_MESSAGE_BYTES)
+    record = record._replace(value=huge)
+    encoded = dead_letter_value(DeadLetter(record, "why", "oversized"), "g")
+    assert len(encoded) < DLQ_MAX_MESSAGE_BYTES
+    value = json.loads(encoded)["value"]
+    assert value["truncated"] is True and value["size"] == len(huge)
+    assert value["sha256"] == hashlib.sha256(huge).hexdigest()
+    assert huge.startswith(decode_payload(value))
+
+
+def test_materialize_recompresses_exactly_the_stale_items(
+    settings: KafkaSettings,
+    store: GistStore,
+    tiny_model: GistReranker,
+    tiny_base: Path,
+    checkpoint: Path,
+    catalog_url: str,
+    tmp_path: Path,
+) -> None:
+    feast = ["--feast-dir", str(tmp_path / "feast"), "--catalog-url", catalog_url]
+    cli(["catalog", "load", str(SAMPLE_CATALOG), "--catalog-url", catalog_url], settings)
+    out = cli(["materialize", "--all", "--model", str(checkpoint), *feast], settings)
+    assert "scanned 16, compressed 16, written 16" in out
+
+    # A model upgrade (another gist config → another fingerprint). Five items are already current with it,
+    # one item is deleted from the catalog: the other ten are stale.
+    upgraded = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=2, dtype="float32"), device="cpu")
+    upgraded_dir = upgraded.save_pretrained(tmp_path / "upgraded")
+    with Catalog(catalog_url) as catalog:
+        items = list(catalog.iter_items())
+        catalog.delete(items[-1].item_id)
+    current = items[:5]
+    store.write(compress_rows(upgraded, [(i.item_id, i.fields(), i.version) for i in current]))
+    current_rows = store.read([i.item_id for i in current])
+
+    out = cli(["materialize", "--stale-only", "--model", str(upgraded_dir), *feast], settings)
+    assert "scanned 15, compressed 10, written 10" in out
+    fingerprints = store.stored_fingerprints([i.item_id for i in items[:-1]])
+    assert set(fingerprints.values()) == {upgraded.fingerprint}
+    assert store.read([i.item_id for i in current]) == current_rows  # untouched
+    for item in items[5:-1]:
+        assert_row_is_direct_compress(store, upgraded, item.item_id, item.fields(), item.version)
+
+    out = cli(["materialize", "--stale-only", "--model", str(upgraded_dir), *feast], settings)
+    assert "scanned 15, compressed 0, written 0" in out
+
+
+def test_consumer_rejoins_when_kafka_python_loses_a_rebalance(
+    settings: KafkaSettings,
+    probe: Probe,
+    store: GistStore,
+    tiny_model: GistReranker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publish_events(settings, [upsert("s", 1, fields("stuck"))])
+    consumer = GistConsumer(settings, tiny_model, store, poll_timeout_s=0.2, rejoin_after_s=0)
+    client = consumer._consumer
+    # The state kafka-python 3.0.12 can end up in: "rebalancing" forever, no partitions, nothing polled.
+    monkeypatch.setattr(
+        client, "group_metadata", lambda: ConsumerGroupMetadata(state=MemberState.REBALANCING)
+    )
+    monkeypatch.setattr(client, "poll", lambda **_: {})
+    rejoined = threading.Event()
+    unsubscribe = client.unsubscribe
+
+    def leave() -> None:
+        monkeypatch.undo()  # the rejoin repairs the client
+        rejoined.set()
+        unsubscribe()
+
+    monkeypatch.setattr(client, "unsubscribe", leave)
+    running = Running(consumer)
+    try:
+        assert rejoined.wait(timeout=30), "the consumer never rejoined"
+        wait_until(probe.caught_up, 60, "the consumer to process the event after rejoining")
+    finally:
+        running.stop()
+    assert_row_is_direct_compress(store, tiny_model, "s", fields("stuck"), 1)
+
+
+class ConsumerProcess:
+    """`python -m streaming.cli consume` as a real subprocess; its stderr (the log) is read as it comes."""
+
+    def __init__(self, settings: KafkaSettings, checkpoint: Path, feast_dir: Path, metrics_port: int) -> None:
+        env = os.environ | {
+            "GISTRANK_KAFKA_TOPIC": settings.topic,
+            "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic,
+            "GISTRANK_KAFKA_GROUP_ID": settings.group_id,
+            "GISTRANK_KAFKA_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
+            "PYTHONUNBUFFERED": "1",
+        }
+        args = [sys.executable, "-m", "streaming.cli", "consume", "--model", str(checkpoint)]
+        args += ["--feast-dir", str(feast_dir), "--bootstrap-servers", settings.bootstrap_servers]
+        args += ["--batch-size", "8", "--compress-batch-size", "4", "--no-create-topics"]
+        args += ["--metrics-port", str(metrics_port)]
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        self._pump = threading.Thread(target=self._read_stderr, daemon=True)
+        self._pump.start()
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace")
+            self.log.append(line)
+            self.lines.put(line)
+
+    def wait_for_batches(self, count: int, timeout_s: float = WAIT_S) -> None:
+        """Block until the consumer has logged `count` more committed batches."""
+        deadline = time.monotonic() + timeout_s
+        while count:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.proc.kill()
+                raise AssertionError("consumer logged no batch in time:\n" + "".join(self.log)) from None
+            count -= BATCH_LINE.search(line) is not None
+
+    def finish(self, sig: signal.Signals, timeout_s: float = 60) -> tuple[int, str]:
+        """Send `sig`, wait for the exit; returns the exit status and stdout (the log stays in .log)."""
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=timeout_s)
+        self._pump.join(timeout=10)  # the rest of the log
+        assert self.proc.stdout is not None
+        return rc, self.proc.stdout.read().decode()  # a line or two: it cannot have filled the pipe
+
+    def committed_records(self) -> int:
+        """Records in the batches this process logged as committed."""
+        return sum(int(m.group(1)) for line in self.log if (m := BATCH_LINE.search(line)))
+
+
+BATCH_LINE = re.compile(r"streaming\.consumer: batch of (\d+) records")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
+    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, checkpoint: Path, tmp_path: Path
+) -> None:
+    # 30 items × 3 versions, interleaved like a live catalog: every batch holds several items' changes.
+    latest: dict[str, tuple[int, ItemFields]] = {}
+    events = []
+    for version in range(1, 91):
+        item_id = f"item-{version % 30}"
+        item = fields(f"{item_id} version {version}", f"{version} " * (5 + version % 30), size=str(version))
+        latest[item_id] = (version, item)
+        events.append(upsert(item_id, version, item))
+    assert publish_events(settings, events) == 90
+    feast_dir = tmp_path / "feast"
+    port = free_port()
+
+    # SIGKILL right after the second batch's commit was logged: the third batch (8 records, already fetched)
+    # is being compressed or written, and its offsets are not committed.
+    first = ConsumerProcess(settings, checkpoint, feast_dir, port)
+    first.wait_for_batches(2)
+    rc, _ = first.finish(signal.SIGKILL)
+    assert rc == -signal.SIGKILL
+    committed = sum(probe.committed().values())
+    assert 0 < committed == first.committed_records() < 90, "".join(first.log)
+
+    # Restart, then SIGTERM while it has work: it finishes the batch in hand, commits it and exits 0, so
+    # the group's offsets are exactly what it logged as committed.
+    second = ConsumerProcess(settings, checkpoint, feast_dir, port)
+    second.wait_for_batches(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        exposition = response.read().decode()
+    assert re.search(r"^gistrank_consumer_events_total [1-9]", exposition, re.M), exposition
+    assert "gistrank_consumer_batch_duration_seconds_bucket" in exposition
+    rc, stdout = second.finish(signal.SIGTERM)
+    log = "".join(second.log)
+    assert rc == 0 and "SIGTERM: finishing the current batch" in log, log
+    assert re.search(r"committed [1-9]\d* batches", stdout), stdout
+    assert sum(probe.committed().values()) == committed + second.committed_records() < 90, log
+
+    # A third consumer drains the rest: redelivery is harmless, each item ends at its latest version.
+    store = GistStore(feast_dir)
+    consume_all(probe, tiny_model, store)
+    for item_id, (version, item) in latest.items():
+        assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
+
+
+def test_broker_restart_while_events_flow(
+    broker: KafkaBroker, settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker
+) -> None:
+    latest: dict[str, tuple[int, ItemFields]] = {}
+    published = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        # A steady trickle across the restart from one idempotent producer, which retries while it is down.
+        try:
+            with EventPublisher(settings) as publisher:
+                for version in range(1, 201):
+                    item_id = f"flow-{version % 20}"
+                    item = fields(f"{item_id} v{version}", "flowing " * (version % 7))
+                    latest[item_id] = (version, item)
+                    publisher.send(upsert(item_id, version, item))
+                    if version % 10 == 0:
+                        publisher.flush()
+                        time.sleep(0.25)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            published.set()
+
+    running = Running(GistConsumer(settings, tiny_model, store, batch_size=8, poll_timeout_s=0.2))
+    threading.Thread(target=produce, daemon=True).start()
+    try:
+        wait_until(lambda: sum(probe.committed().values()) >= 16, 60, "the first committed batches")
+        assert not published.is_set(), "the producer finished before the restart; make it trickle longer"
+        broker.stop()
+        broker.start()
+        assert published.wait(timeout=WAIT_S), "producer did not finish"
+        assert not errors, errors
+        wait_until(probe.caught_up, WAIT_S, "the consumer to catch up after the broker restart")
+    finally:
+        running.stop()
+    assert len(latest) == 20
+    for item_id, (version, item) in latest.items():
+        assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
