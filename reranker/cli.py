@@ -61,6 +61,25 @@ def bench(
     run_score_bench(base, candidates, query_tokens, js, num_gist, dtype, repeats, out)
 
 
+@app.command(name="bench-store")
+def bench_store(
+    base: Base = DEFAULT_BASE,
+    num_gist: NumGist = 8,
+    dtype: DType = "auto",
+    consumer_items: Annotated[int, typer.Option(help="items through Kafka → consumer → Feast")] = 64,
+    read_ids: Annotated[int, typer.Option(help="ids per online read")] = 50,
+    read_repeats: Annotated[int, typer.Option(help="timed reads per store")] = 30,
+    workdir: Annotated[Path, typer.Option(help="broker, stores, catalog")] = Path("var/bench-store"),
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_store.json"),
+) -> None:
+    """Consumer items/s vs raw compress; Feast read latency (SQLite, Redis) vs raw Redis; blob bytes."""
+    from streaming.bench import run_store_bench
+
+    run_store_bench(
+        base, out, workdir, num_gist, dtype, consumer_items, read_ids=read_ids, read_repeats=read_repeats
+    )
+
+
 Data = Annotated[
     str, typer.Option(help="'synthetic' (seeded generator) or a relevance file (JSONL/CSV) / saved set dir")
 ]

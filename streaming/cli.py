@@ -32,6 +32,7 @@ class OnlineStore(StrEnum):
 
 
 class ComputeDType(StrEnum):
+    auto = "auto"
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
@@ -60,7 +61,8 @@ RedisUrl = Annotated[str | None, typer.Option(help="redis://host:port/db for --o
 ModelRef = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
 NumGist = Annotated[int | None, typer.Option(help="k gist tokens (default 8; a checkpoint's own)")]
 DType = Annotated[
-    ComputeDType | None, typer.Option(help="compute dtype (default bfloat16; a checkpoint's own)")
+    ComputeDType | None,
+    typer.Option(help="compute dtype; auto: bfloat16 only where fast (default float32; a checkpoint's own)"),
 ]
 StorageDType = Annotated[
     BlobDType | None, typer.Option(help="K/V dtype in the stored blob (default: the compute dtype)")
@@ -77,16 +79,19 @@ def _settings(bootstrap_servers: str | None) -> KafkaSettings:
 
 def _load_model(ref: str, num_gist: int | None, dtype: ComputeDType | None) -> GistReranker:
     from reranker import GistConfig, GistReranker
+    from reranker.config import resolve_dtype
     from reranker.model import CHECKPOINT_FILE
 
-    dtype_name = dtype.value if dtype is not None else None
     if (Path(ref) / CHECKPOINT_FILE).is_file():
         # A checkpoint carries its gist config; options may only confirm it, never silently differ.
+        # `auto` asks for no particular dtype, so the checkpoint's own satisfies it.
         model = GistReranker.from_pretrained(ref)
+        dtype_name = None if dtype in (None, ComputeDType.auto) else dtype.value
         for name, wanted in (("num_gist", num_gist), ("dtype", dtype_name)):
             if wanted is not None and getattr(model.gist, name) != wanted:
                 raise typer.BadParameter(f"{ref} was trained with {name}={getattr(model.gist, name)}")
         return model
+    dtype_name = resolve_dtype(dtype.value) if dtype is not None else None
     overrides = {k: v for k, v in (("num_gist", num_gist), ("dtype", dtype_name)) if v is not None}
     return GistReranker.from_pretrained(ref, GistConfig(**overrides))
 

@@ -73,3 +73,21 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     assert "→ version" in out and "(feast)" in out.split("→ version")[1]
     assert "shadow recall@10" in out and "consumer events consumed / items compressed" in out
     assert not (tmp_path / "demo" / "kafka" / "broker.pid").exists()  # the broker was stopped
+
+
+@pytest.mark.kafka
+@pytest.mark.redis
+def test_bench_store_measures_every_path(tiny_base: Path, tmp_path: Path) -> None:
+    out = tmp_path / "store.json"
+    args = ["bench-store", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    args += ["--consumer-items", "8", "--read-ids", "10", "--read-repeats", "3"]
+    args += ["--workdir", str(tmp_path / "w"), "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    bench = json.loads(out.read_text())
+    assert bench["consumer"]["items"] == 8 and bench["consumer"]["consumer_items_per_s"] > 0
+    for path in ("feast_sqlite", "feast_redis", "raw_redis_pipeline"):
+        assert 0 < bench["read"][path]["p50_ms"] <= bench["read"][path]["p99_ms"]
+    sizes = {b["storage_dtype"]: b for b in bench["blobs"]}
+    assert set(sizes) == {"float32", "float16", "bfloat16", "int8"}
+    assert all(0 < b["overhead_bytes"] < 1024 for d, b in sizes.items() if d != "int8")

@@ -16,6 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
+from rows import catalog_row
 from sqlalchemy.exc import OperationalError
 
 from reranker import kv_codec
@@ -115,20 +116,9 @@ def text_of(catalog: Catalog, item_id: str) -> str:
     return render_item(item.title, item.attributes, item.description)
 
 
-def row_for(
-    model, catalog: Catalog, item_id: str, kv: GistKV | None = None, blob: bytes | None = None
-) -> GistRow:
-    item = catalog.get([item_id])[item_id]
-    kv = kv or model.compress([text_of(catalog, item_id)])[0]
-    return GistRow(
-        item_id=item_id,
-        kv=blob if blob is not None else kv_codec.encode(kv, item.content_hash),
-        fingerprint=kv.fingerprint,
-        num_gist=kv.num_gist,
-        item_tokens=kv.item_tokens,
-        content_hash=item.content_hash,
-        version=item.version,
-    )
+def row_for(model, catalog: Catalog, item_id: str, kv: GistKV | None = None) -> GistRow:
+    """`catalog_row` holding `kv`, by default `model`'s K/V of the item."""
+    return catalog_row(catalog, item_id, kv or model.compress([text_of(catalog, item_id)])[0])
 
 
 def make_lookup(model, catalog, store=None, clock=None, l1_bytes=1 << 24):

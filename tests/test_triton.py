@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,13 +18,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
+from rows import catalog_row
+from services import RedisServer
 from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
 
@@ -36,7 +36,7 @@ from reranker.serving.cli import rerank
 from reranker.serving.client import RerankClient, RerankError
 from reranker.serving.server import PROJECT_ROOT, free_port, tritonserver_binary
 from streaming.catalog import Catalog
-from streaming.gist_store import GistRow, GistStore
+from streaming.gist_store import GistStore
 
 pytestmark = [pytest.mark.triton, pytest.mark.redis]
 
@@ -80,36 +80,6 @@ def _item(n: int) -> tuple[str, dict[str, object], str]:
 
 
 # ------------------------------------------------------------------------------------------- services
-class RedisProcess:
-    """redis-server on a fixed port that a test can stop and start again (Feast outage)."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.exe = shutil.which("redis-server")
-        self.port = free_port()
-        self.workdir = workdir
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        args = [self.exe, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir)]
-        args += ["--save", "", "--appendonly", "no", "--logfile", str(self.workdir / "redis.log")]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        with redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5) as client:
-            for _ in range(200):
-                try:
-                    if client.ping():
-                        return
-                except redis.exceptions.ConnectionError:
-                    time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-        self.proc = None
-
-
 class Serve:
     """`gistrank serve` (reranker.serving.cli.serve) in a subprocess, its output collected."""
 
@@ -178,11 +148,9 @@ def texts(catalog: Catalog, ids: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def redis_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not installed: run scripts/setup_system.sh")
-    proc = RedisProcess(tmp_path_factory.mktemp("redis"))
-    proc.start()
+def redis_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """Restartable: the outage test stops it and starts it again on the same port."""
+    proc = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield proc
     proc.stop()
 
@@ -203,7 +171,7 @@ class Endpoints:
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, checkpoint: Path, catalog: Catalog, redis_proc: RedisProcess
+    tmp_path_factory: pytest.TempPathFactory, checkpoint: Path, catalog: Catalog, redis_proc: RedisServer
 ) -> Iterator[Endpoints]:
     if not tritonserver_binary().is_file():
         pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
@@ -237,7 +205,7 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def store(server: Endpoints, redis_proc: RedisProcess) -> GistStore:
+def store(server: Endpoints, redis_proc: RedisServer) -> GistStore:
     """The server's Feast store, opened from the test process (as the consumer would)."""
     return GistStore(server.feast_dir, online="redis", redis_url=redis_proc.url)
 
@@ -346,26 +314,11 @@ def test_feast_miss_recomputes_writes_back_and_the_next_request_hits_l1(
     assert delta(before, after, "gistrank_feast_writebacks_total", result="written") == n
 
 
-def _row(
-    model: GistReranker, catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None = None
-) -> GistRow:
-    item = catalog.get([item_id])[item_id]
-    return GistRow(
-        item_id=item_id,
-        kv=blob if blob is not None else kv_codec.encode(kv, item.content_hash),
-        fingerprint=kv.fingerprint,
-        num_gist=kv.num_gist,
-        item_tokens=kv.item_tokens,
-        content_hash=item.content_hash,
-        version=item.version,
-    )
-
-
 def test_rows_written_by_the_consumer_are_feast_hits(
     server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
 ) -> None:
     kvs = model.compress(texts(catalog, FEAST_HIT_IDS))
-    store.write([_row(model, catalog, i, kv) for i, kv in zip(FEAST_HIT_IDS, kvs, strict=True)])
+    store.write([catalog_row(catalog, i, kv) for i, kv in zip(FEAST_HIT_IDS, kvs, strict=True)])
     hits = model_metric(server, "gistrank_cache_hits_total", tier="feast")
     with RerankClient(server.grpc, "grpc") as c:
         got = c.rerank(QUERY, FEAST_HIT_IDS)
@@ -391,11 +344,11 @@ def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
     flipped = bytearray(good_blob)
     flipped[-7] ^= 0x01
     rows = [
-        _row(model, catalog, a, foreign[a]),  # another model's row
-        _row(model, catalog, b, noise[b], blob=kv_codec.encode(foreign[b], "x")),  # column lies, blob foreign
-        _row(model, catalog, c, noise[c], blob=bytes(flipped)),  # one bit flipped
-        _row(model, catalog, d, noise[d], blob=kv_codec.encode(noise[d], "x")[:-100]),  # truncated
-        _row(model, catalog, e, noise[e], blob=b"\x80\x04\x95 not a blob"),  # not ours at all
+        catalog_row(catalog, a, foreign[a]),  # another model's row
+        catalog_row(catalog, b, noise[b], blob=kv_codec.encode(foreign[b], "x")),  # column lies, blob foreign
+        catalog_row(catalog, c, noise[c], blob=bytes(flipped)),  # one bit flipped
+        catalog_row(catalog, d, noise[d], blob=kv_codec.encode(noise[d], "x")[:-100]),  # truncated
+        catalog_row(catalog, e, noise[e], blob=b"\x80\x04\x95 not a blob"),  # not ours at all
     ]
     assert store.write(rows).written == tuple(DAMAGED_IDS)
     before = scrape(server.model_metrics)
@@ -618,7 +571,7 @@ def test_full_reranker_is_served_too(server: Endpoints, model: GistReranker, cat
 
 
 def test_feast_outage_is_served_by_recompute(
-    server: Endpoints, redis_proc: RedisProcess, model: GistReranker, catalog: Catalog
+    server: Endpoints, redis_proc: RedisServer, model: GistReranker, catalog: Catalog
 ) -> None:
     before = model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_unavailable")
     redis_proc.stop()

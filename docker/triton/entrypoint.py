@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from reranker.serving.server import PROJECT_ROOT, ServerSettings, write_repository
+from reranker.serving.server import PROJECT_ROOT, ServerSettings, tritonserver_args, write_repository
 
 PREFIX = "GISTRANK_SERVE_"
 
@@ -53,21 +53,9 @@ def settings_from_env(env: Mapping[str, str]) -> ServerSettings:
 
 
 def tritonserver_command(settings: ServerSettings, repository: Path) -> list[str]:
-    s = settings
-    return [
-        "tritonserver",
-        f"--model-repository={repository}",
-        f"--http-address={s.host}",
-        f"--http-port={s.http_port}",
-        f"--grpc-address={s.host}",
-        f"--grpc-port={s.grpc_port}",
-        f"--metrics-address={s.host}",
-        f"--metrics-port={s.metrics_port}",
-        "--exit-timeout-secs=20",
-        # As in `gistrank serve`: the configs are complete, and auto-complete would start every Python
-        # stub (torch, transformers, feast imports) one extra time.
-        "--disable-auto-complete-config",
-    ]
+    # The image's tritonserver is on PATH and finds its own backends (Python backend and stub included),
+    # unlike pytriton's, for which `gistrank serve` assembles a backend directory.
+    return tritonserver_args(settings, repository, backends=None, binary="tritonserver")
 
 
 def stub_environment(env: Mapping[str, str]) -> dict[str, str]:

@@ -12,11 +12,12 @@ inside the backend's stub process, and the model files stay thin.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import torch
@@ -99,6 +100,16 @@ def configure_logging() -> None:
 def triton_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
     """{key: value} of a Triton model config's `parameters` (each value is {"string_value": ...})."""
     return {key: value["string_value"] for key, value in model_config.get("parameters", {}).items()}
+
+
+_Params = TypeVar("_Params", GistParams, FullParams)
+
+
+def initialize_params(params_type: type[_Params], args: Mapping[str, Any]) -> _Params:
+    """How each model's `initialize` starts: its process's logging set up, then its parameters parsed from
+    the `args` Triton passes (`model_config` is the config as JSON)."""
+    configure_logging()
+    return params_type.parse(triton_parameters(json.loads(args["model_config"])))
 
 
 def load_model(model_path: str, device: str, num_threads: int) -> GistReranker:

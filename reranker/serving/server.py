@@ -186,6 +186,32 @@ def _join(*parts: str) -> str:
     return os.pathsep.join(p for p in parts if p)
 
 
+def tritonserver_args(
+    settings: ServerSettings, repository: Path, backends: Path | None, binary: str
+) -> list[str]:
+    """The tritonserver command line of a run, here and in the compose image (docker/triton/entrypoint.py).
+
+    `backends` None leaves out --backend-directory: the binary's own backend directory is used (the NVIDIA
+    image's, which holds the Python backend and its stub already).
+    """
+    backend_directory = [] if backends is None else [f"--backend-directory={backends}"]
+    return [
+        binary,
+        f"--model-repository={repository}",
+        *backend_directory,
+        f"--http-address={settings.host}",
+        f"--http-port={settings.http_port}",
+        f"--grpc-address={settings.host}",
+        f"--grpc-port={settings.grpc_port}",
+        f"--metrics-address={settings.host}",
+        f"--metrics-port={settings.metrics_port}",
+        "--exit-timeout-secs=20",
+        # The configs are complete; auto-complete would start every Python stub one extra time
+        # (importing torch, transformers and feast twice per model) before the real one.
+        "--disable-auto-complete-config",
+    ]
+
+
 def free_port(host: str = DEFAULT_HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -240,21 +266,7 @@ class TritonServer:
         repo = write_repository(self.workdir / "models", s.parameters())
         backends = write_backends(self.workdir / "backends")
         self.log_path = self.workdir / "tritonserver.log"
-        command = [
-            str(tritonserver_binary()),
-            f"--model-repository={repo}",
-            f"--backend-directory={backends}",
-            f"--http-address={s.host}",
-            f"--http-port={s.http_port}",
-            f"--grpc-address={s.host}",
-            f"--grpc-port={s.grpc_port}",
-            f"--metrics-address={s.host}",
-            f"--metrics-port={s.metrics_port}",
-            "--exit-timeout-secs=20",
-            # The configs are complete; auto-complete would start every Python stub one extra time
-            # (importing torch, transformers and feast twice per model) before the real one.
-            "--disable-auto-complete-config",
-        ]
+        command = tritonserver_args(s, repo, backends, str(tritonserver_binary()))
         logger.info("starting %s (log %s)", " ".join(command), self.log_path)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(

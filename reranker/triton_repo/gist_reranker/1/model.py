@@ -6,25 +6,16 @@ which `gistrank serve` (reranker/serving/server.py) puts in the server's environ
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from reranker.serving.runtime import (
-    GistParams,
-    GistRuntime,
-    bls_score_full,
-    configure_logging,
-    respond,
-    triton_parameters,
-)
+from reranker.serving.runtime import GistParams, GistRuntime, bls_score_full, initialize_params, respond
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
-        configure_logging()
-        params = GistParams.parse(triton_parameters(json.loads(args["model_config"])))
+        params = initialize_params(GistParams, args)
         self.runtime = GistRuntime(params, bls_score_full(pb_utils, params.shadow_model))
 
     def execute(self, requests: list[Any]) -> list[Any]:

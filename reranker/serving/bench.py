@@ -1,0 +1,572 @@
+"""`gistrank bench-serving`: end-to-end latency of the Triton reranker on loopback (a benchmark, not a test).
+
+Everything runs on this machine, bound to 127.0.0.1, and is stopped at the end:
+
+* a catalog (SQLite) of synthetic items (`reranker.data_synth`, deterministic for a seed);
+* a fresh Feast SQLite store holding the gist K/V of the *hit* set, materialized by `streaming.materialize`
+  with the same checkpoint the server loads (one fingerprint);
+* `tritonserver` (gist_reranker + full_reranker, shadow off) on free ports.
+
+Three request paths, each `candidates` ids per request, over HTTP and over gRPC, at bounded concurrency:
+
+* **hit**: the same `candidates` items every request; after the warm-up they are in L1 (the steady state
+  of hot items);
+* **feast**: every request a fresh set of items that Feast holds and L1 never saw, so each one is an L2 hit
+  (a batched Feast read plus decode). Their rows are copies of the hit set's rows under new ids, and the
+  catalog holds the same content under those ids, so they are exactly what a backfill would have written;
+* **recompute**: every request a fresh set of catalog items that were never materialized, so each one is
+  read from the catalog and compressed on the request path.
+
+Per path and protocol: client-side latency p50/p99 and the server's own split, read from the gist_reranker
+process's `gistrank_rerank_request_duration_seconds{stage=fetch|model|total}` histograms (delta of one
+scrape before and one after the phase; quantiles from buckets, means exact from `_sum`/`_count`). Overhead =
+client − server total: Triton's queue (one model instance serves one request at a time, so at concurrency
+c a request waits for up to c − 1 others; Triton's own `nv_inference_queue_duration_us` gives its mean),
+transport, (de)serialisation and the Python backend's IPC. Means add up (client = fetch + model + overhead);
+p50s do not, and bucket quantiles are only as fine as the buckets.
+
+Next to it: in-process `GistReranker.score` on the same queries and the same K/V decoded from the store,
+timed the same way but sequentially, and the ratio end-to-end p50 / in-process p50.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+from tqdm.auto import tqdm
+
+from reranker.config import GistConfig, resolve_dtype
+from reranker.demo import sample_queries
+from reranker.model import CHECKPOINT_FILE, GistReranker
+from reranker.pipeline_demo import _quantile, _scrape, _sum
+
+PATHS = ("hit", "feast", "recompute")
+PROTOCOLS = ("http", "grpc")
+STAGES = ("fetch", "model", "total")
+EXPECTED_STATUS = {"hit": "l1", "feast": "feast", "recompute": "recompute"}
+REQUEST_HISTOGRAM = "gistrank_rerank_request_duration_seconds"
+SIBLINGS = 3  # data_synth: items per product = 1 + SIBLINGS
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not measure a phase (no request of it succeeded)."""
+
+
+# ------------------------------------------------------------------------------------------ statistics
+def _finite(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _latency_stats(seconds: Sequence[float]) -> dict[str, Any]:
+    """n, p50, p99, mean, min, max of a list of durations (seconds; None when empty)."""
+    if not seconds:
+        return {"n": 0, "p50_s": None, "p99_s": None, "mean_s": None, "min_s": None, "max_s": None}
+    a = np.asarray(seconds, dtype=np.float64)
+    return {
+        "n": len(a),
+        "p50_s": float(np.percentile(a, 50)),
+        "p99_s": float(np.percentile(a, 99)),
+        "mean_s": float(a.mean()),
+        "min_s": float(a.min()),
+        "max_s": float(a.max()),
+    }
+
+
+def _delta(before: dict, after: dict) -> dict:
+    """Counter / histogram samples of `after` minus `before` (a series absent before counts from 0)."""
+    return {key: value - before.get(key, 0.0) for key, value in after.items()}
+
+
+def _server_stats(delta: dict) -> dict[str, dict[str, Any]]:
+    """Per stage: requests observed, bucket p50/p99 and the exact mean from _sum/_count."""
+    out = {}
+    for stage in STAGES:
+        count = _sum(delta, f"{REQUEST_HISTOGRAM}_count", stage=stage)
+        total = _sum(delta, f"{REQUEST_HISTOGRAM}_sum", stage=stage)
+        out[stage] = {
+            "count": int(round(count)),
+            "p50_s": _finite(_quantile(delta, REQUEST_HISTOGRAM, 0.5, stage=stage)),
+            "p99_s": _finite(_quantile(delta, REQUEST_HISTOGRAM, 0.99, stage=stage)),
+            "mean_s": total / count if count else None,
+        }
+    return out
+
+
+def _triton_queue_mean_s(delta: dict, model: str) -> float | None:
+    """Mean time a request of `model` waited in Triton's queue (Triton's own cumulative counters)."""
+    requests = _sum(delta, "nv_inference_request_success", model=model)
+    queued_us = _sum(delta, "nv_inference_queue_duration_us", model=model)
+    return queued_us / requests / 1e6 if requests else None
+
+
+# ------------------------------------------------------------------------------------------ the load
+@dataclass
+class _Load:
+    latencies: list[float] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    stopped_by_budget: bool = False
+
+
+def _run_load(
+    send: Callable[[Any, str, list[str]], list[Any]],
+    connect: Callable[[], Any],
+    requests: Sequence[tuple[str, list[str]]],
+    concurrency: int,
+    budget_s: float,
+    desc: str,
+) -> _Load:
+    """Send `requests` from `concurrency` threads (one client each); bounded in count and in time.
+
+    A thread takes the next request until all are taken or `budget_s` has passed since the start; a
+    request in flight at the deadline finishes (the client's own timeout bounds it).
+    """
+    load = _Load()
+    lock = threading.Lock()
+    taken = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + budget_s
+
+    def worker(bar: tqdm) -> None:
+        nonlocal taken
+        with connect() as client:
+            while True:
+                with lock:
+                    if taken >= len(requests):
+                        return
+                    if time.monotonic() >= deadline:
+                        load.stopped_by_budget = True
+                        return
+                    query, ids = requests[taken]
+                    taken += 1
+                t0 = time.perf_counter()
+                try:
+                    candidates = send(client, query, ids)
+                except Exception as e:  # noqa: BLE001 - every failure is recorded and reported
+                    with lock:
+                        load.errors.append(f"{type(e).__name__}: {e}")
+                        bar.update()
+                    continue
+                elapsed = time.perf_counter() - t0
+                with lock:
+                    load.latencies.append(elapsed)
+                    load.statuses.update(c.status for c in candidates)
+                    bar.update()
+
+    with tqdm(total=len(requests), desc=desc, unit="req", leave=False) as bar:
+        threads = max(1, min(concurrency, len(requests)))
+        with ThreadPoolExecutor(threads, thread_name_prefix="bench-client") as pool:
+            for future in [pool.submit(worker, bar) for _ in range(threads)]:
+                future.result()
+    load.wall_s = time.perf_counter() - start
+    return load
+
+
+# ------------------------------------------------------------------------------------------- the data
+def _synthetic_items(seed: int, count: int, item_tokens: tuple[int, int]) -> list[dict[str, Any]]:
+    """`count` distinct synthetic catalog items (title, attributes, description), deterministic."""
+    from reranker.data_synth import generate
+
+    products = -(-count // (1 + SIBLINGS))
+    rs = generate(seed, products, 0, siblings_per_product=SIBLINGS, length_tokens=item_tokens)
+    items = list(rs.items.values())[:count]
+    if len(items) < count:
+        raise BenchError(f"data_synth produced {len(items)} items, {count} needed")
+    return [{"title": i.title, "attributes": i.attributes, "description": i.description} for i in items]
+
+
+def _write_jsonl(path: Path, rows: list[tuple[str, dict[str, Any]]]) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for item_id, fields in rows:
+            f.write(json.dumps({"item_id": item_id, **fields}, ensure_ascii=False) + "\n")
+    return path
+
+
+def _usable_queries(model: GistReranker) -> list[str]:
+    """The sample queries this model accepts (a tiny test tokenizer may exceed the query token limit)."""
+    usable = []
+    for query in sample_queries():
+        try:
+            model.query_ids(query)
+        except Exception:  # noqa: BLE001 - QueryTooLongError and the like: skip that query
+            continue
+        usable.append(query)
+    if not usable:
+        raise BenchError("the model accepts none of the sample queries")
+    return usable
+
+
+def _clean_workdir(workdir: Path) -> None:
+    """Remove what an earlier run left in `workdir` (only the names this benchmark writes)."""
+    for name in ("model", "feast", "triton"):
+        shutil.rmtree(workdir / name, ignore_errors=True)
+    for path in workdir.glob("catalog.db*"):
+        path.unlink()
+    for path in workdir.glob("bench-*.jsonl"):
+        path.unlink()
+
+
+# ------------------------------------------------------------------------------------------ reporting
+def _ms(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{x * 1000:.{digits}f}"
+
+
+def _print_table(console: Console, result: dict[str, Any]) -> None:
+    meta = result["meta"]
+    table = Table(
+        title=(
+            f"serving latency, ms — {meta['model']} ({meta['dtype']}, {meta['device']}), "
+            f"{meta['candidates']} candidates, concurrency {meta['concurrency']}, loopback"
+        ),
+        title_justify="left",
+        caption=(
+            "client = tritonclient round trip; fetch / model = server histograms (p50 from buckets | exact "
+            "mean); overhead = client − server total (p50 | mean); queue = Triton's mean queue wait"
+        ),
+        caption_justify="left",
+    )
+    for name in ("path", "proto", "n", "client p50", "client p99", "fetch p50|mean", "model p50|mean"):
+        table.add_column(name, justify="left" if name in ("path", "proto") else "right")
+    for name in ("overhead p50|mean", "queue", "req/s", "statuses"):
+        table.add_column(name, justify="left" if name == "statuses" else "right")
+    for path in PATHS:
+        for protocol in PROTOCOLS:
+            r = result["paths"][path][protocol]
+            client, server, overhead = r["client"], r["server"], r["overhead"]
+            table.add_row(
+                path,
+                protocol,
+                str(client["n"]) + (f" ({r['errors']} err)" if r["errors"] else ""),
+                _ms(client["p50_s"]),
+                _ms(client["p99_s"]),
+                f"{_ms(server['fetch']['p50_s'])} | {_ms(server['fetch']['mean_s'])}",
+                f"{_ms(server['model']['p50_s'])} | {_ms(server['model']['mean_s'])}",
+                f"{_ms(overhead['p50_s'])} | {_ms(overhead['mean_s'])}",
+                _ms(r["queue_mean_s"]),
+                f"{r['throughput_rps']:.2f}",
+                " ".join(f"{k}={v}" for k, v in sorted(r["statuses"].items())),
+            )
+        table.add_section()
+    inproc = result["inprocess"]
+    table.add_row(
+        "in-process",
+        "score()",
+        str(inproc["score"]["n"]),
+        _ms(inproc["score"]["p50_s"]),
+        _ms(inproc["score"]["p99_s"]),
+        f"{_ms(inproc['fetch']['p50_s'])} | {_ms(inproc['fetch']['mean_s'])}",
+        f"{_ms(inproc['score']['p50_s'])} | {_ms(inproc['score']['mean_s'])}",
+        "–",
+        "–",
+        f"{1.0 / inproc['score']['mean_s']:.2f}",
+        "sequential; fetch = store.read + decode",
+    )
+    console.print(table)
+    summary = Table(title="ratios (p50 over p50)", title_justify="left")
+    summary.add_column("")
+    for protocol in PROTOCOLS:
+        summary.add_column(protocol, justify="right")
+    ratios = result["ratios"]
+    for name, key in (
+        ("end-to-end hit / in-process score()", "hit_vs_inprocess"),
+        ("end-to-end feast / hit", "feast_vs_hit"),
+        ("end-to-end recompute / hit", "recompute_vs_hit"),
+    ):
+        summary.add_row(name, *(f"{ratios[key][p]:.2f}x" for p in PROTOCOLS))
+    console.print(summary)
+
+
+# ---------------------------------------------------------------------------------------- the bench
+def run_serving_bench(
+    model: str,
+    out: Path,
+    candidates: int = 50,
+    requests: int = 40,
+    concurrency: int = 4,
+    dtype: str = "auto",
+    workdir: Path | None = None,
+    *,
+    feast_requests: int = 8,
+    recompute_requests: int = 4,
+    warmup: int = 2,
+    num_gist: int = 8,
+    item_tokens: tuple[int, int] = (64, 192),
+    seed: int = 0,
+    request_timeout_s: float = 600.0,
+    phase_budget_s: float = 900.0,
+    startup_timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """Run the serving benchmark (module docstring), print its tables, write `out` (JSON), return it.
+
+    `model`: GistRank checkpoint folder (used as is; `dtype` and `num_gist` are then its own), or a base
+    alias / HF folder, wrapped with `num_gist` gists in `dtype` and saved as a checkpoint in `workdir`.
+    `requests`: hit-path requests per protocol (also the in-process repetitions); `feast_requests` and
+    `recompute_requests`: per protocol, each with its own fresh `candidates` items; `warmup`: untimed
+    hit requests per protocol (and in-process calls) first. Each phase (one path over one protocol) stops
+    taking new requests after `phase_budget_s`; each request gives up after `request_timeout_s`.
+    `workdir`: catalog, Feast store, checkpoint and Triton run directory; default a temporary directory
+    (removed at the end); an existing one is reused, its earlier benchmark files replaced.
+    """
+    from reranker import kv_codec
+    from reranker.serving.client import RerankClient
+    from reranker.serving.server import GIST_MODEL, ServerSettings, TritonServer
+    from streaming.catalog import Catalog
+    from streaming.gist_store import GistRow, GistStore
+    from streaming.materialize import materialize
+
+    if candidates < 1 or requests < 1 or feast_requests < 1 or recompute_requests < 1 or concurrency < 1:
+        raise ValueError("candidates, requests, feast_requests, recompute_requests, concurrency must be >= 1")
+    if warmup < 0:
+        raise ValueError("warmup must be >= 0")
+    console = Console()
+    started = time.perf_counter()
+
+    def step(text: str) -> None:
+        console.rule(f"[bold]{text}[/]  [dim]{time.perf_counter() - started:.0f}s[/]")
+
+    tmp = tempfile.TemporaryDirectory(prefix="gistrank-bench-serving-") if workdir is None else None
+    workdir = Path(tmp.name) if tmp is not None else Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    _clean_workdir(workdir)
+    server: TritonServer | None = None
+    catalog: Catalog | None = None
+    try:
+        step("1. model: one checkpoint for the materializer, the server and the in-process score()")
+        trained = (Path(model) / CHECKPOINT_FILE).is_file()
+        gist_model = GistReranker.from_pretrained(
+            model, None if trained else GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype))
+        )
+        checkpoint = Path(model) if trained else gist_model.save_pretrained(workdir / "model")
+        fingerprint = gist_model.fingerprint
+        queries = _usable_queries(gist_model)
+        console.print(
+            f"{model}: k={gist_model.gist.num_gist}, {gist_model.gist.dtype}, {gist_model.device}, "
+            f"fingerprint {fingerprint}"
+        )
+
+        step("2. catalog and Feast: hit set materialized; feast set copied; recompute set never stored")
+        pool = _synthetic_items(seed, candidates * (1 + 2 * recompute_requests), item_tokens)
+        hit_ids = [f"bench-hit-{n:04d}" for n in range(candidates)]
+        feast_sets = [
+            [f"bench-feast-{r:03d}-{n:04d}" for n in range(candidates)] for r in range(2 * feast_requests)
+        ]
+        recompute_sets = [
+            [f"bench-recompute-{r:03d}-{n:04d}" for n in range(candidates)]
+            for r in range(2 * recompute_requests)
+        ]
+        catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
+        catalog = Catalog(catalog_url)
+        catalog.load_jsonl(_write_jsonl(workdir / "bench-hit.jsonl", list(zip(hit_ids, pool, strict=False))))
+        store = GistStore(workdir / "feast")
+        store.apply()
+        result_m = materialize(catalog, gist_model, store, batch_size=16)
+        rest = [(i, pool[n]) for ids in feast_sets for n, i in enumerate(ids)]
+        rest += [
+            (i, pool[candidates * (1 + r) + n]) for r, ids in enumerate(recompute_sets) for n, i in enumerate(ids)
+        ]
+        catalog.load_jsonl(_write_jsonl(workdir / "bench-rest.jsonl", rest))
+        hit_rows = store.read(hit_ids)
+        missing = [i for i, row in hit_rows.items() if row is None]
+        if missing:
+            raise BenchError(f"materialize left {len(missing)} hit items out of Feast: {missing[:3]}")
+        feast_ids = [i for ids in feast_sets for i in ids]
+        versions = {i: item.version for i, item in catalog.get(feast_ids).items()}
+        copies = [
+            GistRow(
+                item_id=i,
+                kv=hit_rows[hit_ids[n]].kv,
+                fingerprint=hit_rows[hit_ids[n]].fingerprint,
+                num_gist=hit_rows[hit_ids[n]].num_gist,
+                item_tokens=hit_rows[hit_ids[n]].item_tokens,
+                content_hash=hit_rows[hit_ids[n]].content_hash,
+                version=versions[i],
+            )
+            for ids in feast_sets
+            for n, i in enumerate(ids)
+        ]
+        store.write(copies)
+        mean_tokens = sum(row.item_tokens for row in hit_rows.values()) / len(hit_rows)
+        console.print(
+            f"catalog {catalog_url}: {len(hit_ids)} hit items (materialized {result_m.written}, mean "
+            f"{mean_tokens:.0f} tokens), {len(feast_ids)} feast copies, "
+            f"{sum(map(len, recompute_sets))} recompute items"
+        )
+
+        step("3. in-process score(): the hit set's K/V as decoded from the store, sequential")
+
+        def inprocess_fetch() -> list:
+            rows = store.read(hit_ids)
+            return [
+                kv_codec.decode(rows[i].kv, expected_fingerprint=fingerprint, dtype=gist_model.dtype).kv
+                for i in hit_ids
+            ]
+
+        fetch_s, score_s = [], []
+        for n in tqdm(range(warmup + requests), desc="in-process", unit="call", leave=False):
+            t0 = time.perf_counter()
+            kvs = inprocess_fetch()
+            t1 = time.perf_counter()
+            gist_model.score(queries[n % len(queries)], kvs)
+            t2 = time.perf_counter()
+            if n >= warmup:
+                fetch_s.append(t1 - t0)
+                score_s.append(t2 - t1)
+        inprocess = {"fetch": _latency_stats(fetch_s), "score": _latency_stats(score_s)}
+        console.print(
+            f"score() p50 {_ms(inprocess['score']['p50_s'])} ms, fetch p50 {_ms(inprocess['fetch']['p50_s'])} ms"
+        )
+
+        step("4. tritonserver on free 127.0.0.1 ports, shadow off")
+        server = TritonServer(
+            ServerSettings(
+                model_path=str(checkpoint),
+                catalog_url=catalog_url,
+                feast_dir=str(workdir / "feast"),
+                shadow_rate=0.0,
+                max_candidates=max(200, candidates),
+                http_port=0,
+                grpc_port=0,
+                metrics_port=0,
+                model_metrics_port=0,
+                workdir=str(workdir / "triton"),
+            )
+        ).start(startup_timeout_s)
+        urls = {"http": server.http_url, "grpc": server.grpc_url}
+        console.print(f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, log {server.log_path}")
+
+        def connect(protocol: str) -> Callable[[], RerankClient]:
+            return lambda: RerankClient(urls[protocol], protocol, timeout_s=request_timeout_s)  # type: ignore[arg-type]
+
+        def send(client: RerankClient, query: str, ids: list[str]) -> list:
+            return client.rerank(query, ids)
+
+        def scrape() -> tuple[dict, dict]:
+            return _scrape(server.model_metrics_url), _scrape(server.metrics_url)
+
+        step("5. load: hit (L1) → feast (L2) → recompute, each over HTTP then gRPC")
+        for protocol in PROTOCOLS:
+            warm = [(queries[n % len(queries)], hit_ids) for n in range(warmup)]
+            load = _run_load(send, connect(protocol), warm, 1, phase_budget_s, f"warm-up {protocol}")
+            if load.errors:
+                raise BenchError(f"warm-up over {protocol} failed: {load.errors[0]}")
+        plans = {
+            "hit": [[(queries[n % len(queries)], hit_ids) for n in range(requests)]] * 2,
+            "feast": [
+                [(queries[n % len(queries)], ids) for n, ids in enumerate(feast_sets[p::2])] for p in range(2)
+            ],
+            "recompute": [
+                [(queries[n % len(queries)], ids) for n, ids in enumerate(recompute_sets[p::2])]
+                for p in range(2)
+            ],
+        }
+        paths: dict[str, dict[str, Any]] = {}
+        for path in PATHS:
+            paths[path] = {}
+            for protocol, plan in zip(PROTOCOLS, plans[path], strict=True):
+                before = scrape()
+                load = _run_load(
+                    send, connect(protocol), plan, concurrency, phase_budget_s, f"{path} {protocol}"
+                )
+                after = scrape()
+                if not load.latencies:
+                    detail = load.errors[0] if load.errors else "the time budget ran out"
+                    raise BenchError(f"no {path} request over {protocol} succeeded: {detail}")
+                server_stats = _server_stats(_delta(before[0], after[0]))
+                client = _latency_stats(load.latencies)
+                total = server_stats["total"]
+                paths[path][protocol] = {
+                    "requests": len(plan),
+                    "errors": len(load.errors),
+                    "error_examples": load.errors[:3],
+                    "stopped_by_budget": load.stopped_by_budget,
+                    "statuses": dict(load.statuses),
+                    "expected_status": EXPECTED_STATUS[path],
+                    "client": client,
+                    "server": server_stats,
+                    "overhead": {
+                        "p50_s": client["p50_s"] - total["p50_s"] if total["p50_s"] is not None else None,
+                        "mean_s": client["mean_s"] - total["mean_s"] if total["mean_s"] is not None else None,
+                    },
+                    "queue_mean_s": _triton_queue_mean_s(_delta(before[1], after[1]), GIST_MODEL),
+                    "wall_s": load.wall_s,
+                    "throughput_rps": len(load.latencies) / load.wall_s,
+                }
+                unexpected = {s: c for s, c in load.statuses.items() if s != EXPECTED_STATUS[path]}
+                if unexpected or load.errors:
+                    console.print(
+                        f"[yellow]{path} over {protocol}: unexpected statuses {unexpected}, "
+                        f"{len(load.errors)} errors {load.errors[:1]}[/]"
+                    )
+    finally:
+        step("6. stopping tritonserver")
+        if server is not None:
+            server.stop()
+        if catalog is not None:
+            catalog.close()
+        if tmp is not None:
+            tmp.cleanup()
+
+    inproc_p50 = inprocess["score"]["p50_s"]
+    result = {
+        "meta": {
+            "model": model,
+            "checkpoint": str(checkpoint) if tmp is None else "(a temporary copy, removed)",
+            "fingerprint": fingerprint,
+            "dtype": gist_model.gist.dtype,
+            "num_gist": gist_model.gist.num_gist,
+            "device": str(gist_model.device),
+            "candidates": candidates,
+            "requests": requests,
+            "feast_requests": feast_requests,
+            "recompute_requests": recompute_requests,
+            "warmup": warmup,
+            "concurrency": concurrency,
+            "item_tokens_range": list(item_tokens),
+            "mean_item_tokens": mean_tokens,
+            "seed": seed,
+            "queries": len(queries),
+            "torch_threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "duration_s": time.perf_counter() - started,
+        },
+        "inprocess": inprocess,
+        "paths": paths,
+        "ratios": {
+            "hit_vs_inprocess": {
+                p: (paths["hit"][p]["client"]["p50_s"], inproc_p50) for p in PROTOCOLS
+            },
+            "feast_vs_hit": {
+                p: paths["feast"][p]["client"]["p50_s"] / paths["hit"][p]["client"]["p50_s"]
+                for p in PROTOCOLS
+            },
+            "recompute_vs_hit": {
+                p: paths["recompute"][p]["client"]["p50_s"] / paths["hit"][p]["client"]["p50_s"]
+                for p in PROTOCOLS
+            },
+        },
+    }
+    _print_table(console, result)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {out} in {result['meta']['duration_s']:.0f}s")
+    return result

@@ -1,0 +1,205 @@
+"""Feature-store and streaming benchmark (`gistrank bench-store`), measured side by side in one run.
+
+1. Consumer end to end (catalog → Kafka → GistConsumer → Feast) items/s against raw batched
+   `compress` items/s of the same texts: the pipeline's overhead (target ≤ 10%).
+2. Feast `get_online_features` latency for 50 ids on SQLite and on Redis, next to a raw pipelined
+   Redis GET of the same blobs (the floor any Redis-backed store can reach).
+3. Stored blob bytes against the formula 2·L·k·H_kv·h·b for every storage dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import redis
+from rich.console import Console
+from rich.table import Table
+from tqdm.auto import tqdm
+
+from reranker.config import GistConfig, resolve_dtype
+from reranker.data_synth import generate
+from reranker.kv_codec import STORAGE_DTYPES, encode, kv_nbytes_formula
+from reranker.model import GistReranker
+from streaming.broker import KafkaBroker
+from streaming.catalog import Catalog
+from streaming.consumer import GistConsumer
+from streaming.gist_store import GistRow, GistStore
+from streaming.kafka_settings import KafkaSettings, ensure_topics
+from streaming.publisher import publish_catalog
+from streaming.redis_server import RedisServer
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": 1000 * statistics.median(ordered),
+        "p99_ms": 1000 * ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+    }
+
+
+def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batch: int) -> dict:
+    relevance = generate(0, max(1, n_items // 4), 1, length_tokens=(150, 400))
+    items = list(relevance.items.values())[:n_items]
+    texts = [item.text for item in items]
+    start = time.perf_counter()
+    model.compress(texts, batch_size=batch, progress=True)
+    raw_s = time.perf_counter() - start
+
+    catalog = Catalog(f"sqlite:///{workdir / 'catalog.db'}")
+    for item in items:
+        catalog.upsert(item.item_id, item.title, dict(item.attributes), item.description)
+    store = GistStore(workdir / "feast")
+    store.apply()
+    broker = KafkaBroker(workdir / "kafka")
+    try:
+        settings = KafkaSettings.from_env(bootstrap_servers=broker.start(), group_id="gistrank-bench")
+        ensure_topics(settings, partitions=3)
+        consumer = GistConsumer(settings, model, store, batch_size=n_items, compress_batch_size=batch)
+        publish_catalog(settings, catalog)
+        ids = [item.item_id for item in items]
+        stop = threading.Event()
+        worker = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+        # the clock runs from consumer start: group join, poll, validate, compress, encode, write, commit
+        start = time.perf_counter()
+        worker.start()
+        with tqdm(total=len(ids), desc="consumer", unit="item") as bar:
+            while True:
+                done = sum(row is not None for row in store.read(ids).values())
+                bar.update(done - bar.n)
+                if done == len(ids) or not worker.is_alive():
+                    break
+                time.sleep(0.2)
+        pipeline_s = time.perf_counter() - start
+        stop.set()
+        worker.join()
+    finally:
+        broker.stop()
+    raw, pipeline = n_items / raw_s, n_items / pipeline_s
+    return {
+        "items": n_items,
+        "raw_compress_items_per_s": raw,
+        "consumer_items_per_s": pipeline,
+        "overhead": 1 - pipeline / raw,
+    }
+
+
+def _read_latency(model: GistReranker, workdir: Path, n_ids: int, repeats: int) -> dict:
+    texts = [
+        f"Item {i}. " + "Stainless steel kettle, 1.7 L, 2200 W, model KT-1700. " * 12 for i in range(n_ids)
+    ]
+    kvs = model.compress(texts)
+    rows = [
+        GistRow(
+            f"item-{i}", encode(kv, f"hash-{i}"), kv.fingerprint, kv.num_gist, kv.item_tokens, f"hash-{i}", 1
+        )
+        for i, kv in enumerate(kvs)
+    ]
+    ids = [row.item_id for row in rows]
+    results = {"ids": n_ids, "blob_bytes": len(rows[0].kv)}
+    redis_server = RedisServer(workdir / "redis").start()
+    try:
+        stores = {
+            "feast_sqlite": GistStore(workdir / "feast-sqlite"),
+            "feast_redis": GistStore(workdir / "feast-redis", online="redis", redis_url=redis_server.url),
+        }
+        for name, store in stores.items():
+            store.apply()
+            store.write(rows)
+            store.read(ids)  # warm-up
+            results[name] = _percentiles([_timed(lambda s=store: s.read(ids)) for _ in range(repeats)])
+        raw = redis.Redis.from_url(redis_server.url)
+        raw.mset({f"raw:{row.item_id}": row.kv for row in rows})
+        keys = [f"raw:{i}" for i in ids]
+
+        def pipelined_get() -> None:
+            pipe = raw.pipeline(transaction=False)
+            for key in keys:
+                pipe.get(key)
+            pipe.execute()
+
+        pipelined_get()
+        results["raw_redis_pipeline"] = _percentiles([_timed(pipelined_get) for _ in range(repeats)])
+        raw.close()
+    finally:
+        redis_server.stop()
+    return results
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _blob_sizes(model: GistReranker) -> list[dict]:
+    kv = model.compress(["Acme UltraPhone 15 Pro 256GB, 2023."])[0]
+    cfg = model.lm.config
+    out = []
+    for dtype in STORAGE_DTYPES:
+        width = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}[dtype]
+        formula = kv_nbytes_formula(
+            cfg.num_hidden_layers, kv.num_gist, model.num_kv_heads, model.head_dim, width
+        )
+        blob = len(encode(kv, "0" * 64, storage_dtype=dtype))
+        out.append(
+            {
+                "storage_dtype": dtype,
+                "formula_bytes": formula,
+                "blob_bytes": blob,
+                "overhead_bytes": blob - formula,
+            }
+        )
+    return out
+
+
+def run_store_bench(
+    base: str,
+    out: Path,
+    workdir: Path,
+    num_gist: int = 8,
+    dtype: str = "auto",
+    consumer_items: int = 64,
+    compress_batch: int = 16,
+    read_ids: int = 50,
+    read_repeats: int = 30,
+) -> dict:
+    console = Console()
+    workdir.mkdir(parents=True, exist_ok=True)
+    model = GistReranker.from_pretrained(base, GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype)))
+    result = {
+        "meta": {"base": base, "num_gist": num_gist, "dtype": model.gist.dtype, "device": str(model.device)},
+        "consumer": _consumer_vs_compress(model, workdir / "consumer", consumer_items, compress_batch),
+        "read": _read_latency(model, workdir / "read", read_ids, read_repeats),
+        "blobs": _blob_sizes(model),
+    }
+    c = result["consumer"]
+    table = Table(title=f"consumer vs raw compress — {c['items']} items, {base}, {model.gist.dtype}")
+    for col in ("raw compress items/s", "consumer items/s", "pipeline overhead"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        f"{c['raw_compress_items_per_s']:.2f}", f"{c['consumer_items_per_s']:.2f}", f"{c['overhead']:.1%}"
+    )
+    console.print(table)
+    r = result["read"]
+    table = Table(title=f"online read of {r['ids']} ids ({r['blob_bytes'] / 1024:.0f} KiB blobs)")
+    for col in ("path", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="right")
+    for name in ("feast_sqlite", "feast_redis", "raw_redis_pipeline"):
+        table.add_row(name, f"{r[name]['p50_ms']:.1f}", f"{r[name]['p99_ms']:.1f}")
+    console.print(table)
+    table = Table(title="blob bytes vs 2·L·k·H_kv·h·b")
+    for col in ("storage dtype", "formula", "blob", "overhead"):
+        table.add_column(col, justify="right")
+    for b in result["blobs"]:
+        table.add_row(
+            b["storage_dtype"], str(b["formula_bytes"]), str(b["blob_bytes"]), str(b["overhead_bytes"])
+        )
+    console.print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {out}")
+    return result
