@@ -31,6 +31,9 @@ def demo(
     ] = False,
     workdir: Annotated[Path, typer.Option(help="where the pipeline demo keeps its state")] = Path("var/demo"),
     queries: Annotated[int, typer.Option(help="sample queries ranked through Triton")] = 3,
+    max_item_tokens: Annotated[
+        int, typer.Option(help="item tokens kept (the full-context shadow reads them all, on CPU)")
+    ] = 256,
 ) -> None:
     """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
     if core:
@@ -40,7 +43,7 @@ def demo(
         return
     from reranker.pipeline_demo import run_pipeline_demo
 
-    run_pipeline_demo(base, workdir, num_gist=num_gist, dtype=dtype, queries=queries)
+    run_pipeline_demo(base, workdir, num_gist, dtype, queries, max_item_tokens)
 
 
 @app.command()

@@ -134,7 +134,12 @@ def _metrics_snapshot(console: Console, url: str) -> None:
 
 
 def run_pipeline_demo(
-    model: str, workdir: Path, num_gist: int = 8, dtype: str = "auto", queries: int = 3
+    model: str,
+    workdir: Path,
+    num_gist: int = 8,
+    dtype: str = "auto",
+    queries: int = 3,
+    max_item_tokens: int = 256,
 ) -> None:
     from reranker.serving.client import RerankClient
     from reranker.serving.server import ServerSettings, TritonServer
@@ -157,7 +162,10 @@ def run_pipeline_demo(
     step("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
     trained = (Path(model) / CHECKPOINT_FILE).is_file()
     gist_model = GistReranker.from_pretrained(
-        model, None if trained else GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype))
+        model,
+        None
+        if trained
+        else GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype)),
     )
     checkpoint = gist_model.save_pretrained(workdir / "model") if not trained else Path(model)
     console.print(

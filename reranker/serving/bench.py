@@ -54,6 +54,7 @@ from tqdm.auto import tqdm
 
 from reranker.config import GistConfig, resolve_dtype
 from reranker.demo import sample_queries
+from reranker.errors import GistRankError
 from reranker.model import CHECKPOINT_FILE, GistReranker
 from reranker.pipeline_demo import _quantile, _scrape, _sum
 
@@ -101,7 +102,7 @@ def _server_stats(delta: dict) -> dict[str, dict[str, Any]]:
         count = _sum(delta, f"{REQUEST_HISTOGRAM}_count", stage=stage)
         total = _sum(delta, f"{REQUEST_HISTOGRAM}_sum", stage=stage)
         out[stage] = {
-            "count": int(round(count)),
+            "count": round(count),
             "p50_s": _finite(_quantile(delta, REQUEST_HISTOGRAM, 0.5, stage=stage)),
             "p99_s": _finite(_quantile(delta, REQUEST_HISTOGRAM, 0.99, stage=stage)),
             "mean_s": total / count if count else None,
@@ -109,10 +110,15 @@ def _server_stats(delta: dict) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _counter(delta: dict, name: str, **labels: str) -> float:
+    # prometheus-client's parser names every counter sample `<name>_total`, Triton's included
+    return _sum(delta, name, **labels) + _sum(delta, f"{name}_total", **labels)
+
+
 def _triton_queue_mean_s(delta: dict, model: str) -> float | None:
     """Mean time a request of `model` waited in Triton's queue (Triton's own cumulative counters)."""
-    requests = _sum(delta, "nv_inference_request_success", model=model)
-    queued_us = _sum(delta, "nv_inference_queue_duration_us", model=model)
+    requests = _counter(delta, "nv_inference_request_success", model=model)
+    queued_us = _counter(delta, "nv_inference_queue_duration_us", model=model)
     return queued_us / requests / 1e6 if requests else None
 
 
@@ -123,6 +129,7 @@ class _Load:
     statuses: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # CPU time of this (client) process over the phase, all threads
     stopped_by_budget: bool = False
 
 
@@ -142,7 +149,7 @@ def _run_load(
     load = _Load()
     lock = threading.Lock()
     taken = 0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     deadline = time.monotonic() + budget_s
 
     def worker(bar: tqdm) -> None:
@@ -160,7 +167,7 @@ def _run_load(
                 t0 = time.perf_counter()
                 try:
                     candidates = send(client, query, ids)
-                except Exception as e:  # noqa: BLE001 - every failure is recorded and reported
+                except Exception as e:  # every failure is recorded and reported
                     with lock:
                         load.errors.append(f"{type(e).__name__}: {e}")
                         bar.update()
@@ -177,6 +184,7 @@ def _run_load(
             for future in [pool.submit(worker, bar) for _ in range(threads)]:
                 future.result()
     load.wall_s = time.perf_counter() - start
+    load.cpu_s = time.process_time() - cpu_start
     return load
 
 
@@ -206,7 +214,7 @@ def _usable_queries(model: GistReranker) -> list[str]:
     for query in sample_queries():
         try:
             model.query_ids(query)
-        except Exception:  # noqa: BLE001 - QueryTooLongError and the like: skip that query
+        except GistRankError:  # QueryTooLongError, EmptyInputError: skip that query
             continue
         usable.append(query)
     if not usable:
@@ -225,28 +233,87 @@ def _clean_workdir(workdir: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ reporting
+RATIOS = (
+    # (key, label). End-to-end ratios include Triton's queue under the load (one model instance: at
+    # concurrency c a request waits for up to c − 1 others), and a phase of few requests queues less, so
+    # paths are compared on the server's total too.
+    ("hit_vs_inprocess", "hit end-to-end p50 / in-process score() p50"),
+    ("hit_unqueued_vs_inprocess", "hit (end-to-end − queue) mean / in-process score() mean"),
+    ("feast_vs_hit", "feast / hit, end-to-end p50"),
+    ("recompute_vs_hit", "recompute / hit, end-to-end p50"),
+    ("feast_vs_hit_server", "feast / hit, server total mean (no queue)"),
+    ("recompute_vs_hit_server", "recompute / hit, server total mean (no queue)"),
+)
+
+
+def _ratios(paths: dict[str, Any], inprocess: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per protocol: end-to-end vs in-process, and each path vs the hit path (see RATIOS)."""
+
+    def client(path: str, p: str, stat: str) -> float:
+        return paths[path][p]["client"][stat]
+
+    def server_total(path: str, p: str) -> float:
+        return paths[path][p]["server"]["total"]["mean_s"]
+
+    score = inprocess["score"]
+    return {
+        "hit_vs_inprocess": {p: client("hit", p, "p50_s") / score["p50_s"] for p in PROTOCOLS},
+        "hit_unqueued_vs_inprocess": {
+            p: (client("hit", p, "mean_s") - (paths["hit"][p]["queue_mean_s"] or 0.0)) / score["mean_s"]
+            for p in PROTOCOLS
+        },
+        **{
+            f"{path}_vs_hit": {p: client(path, p, "p50_s") / client("hit", p, "p50_s") for p in PROTOCOLS}
+            for path in ("feast", "recompute")
+        },
+        **{
+            f"{path}_vs_hit_server": {p: server_total(path, p) / server_total("hit", p) for p in PROTOCOLS}
+            for path in ("feast", "recompute")
+        },
+    }
+
+
 def _ms(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x * 1000:.{digits}f}"
+
+
+def _split(stats: dict[str, Any]) -> str:
+    """`mean (p50)` of a server stage: the exact mean, then the coarser bucket p50."""
+    return f"{_ms(stats['mean_s'])} ({_ms(stats['p50_s'], 0)})"
 
 
 def _print_table(console: Console, result: dict[str, Any]) -> None:
     meta = result["meta"]
     table = Table(
         title=(
-            f"serving latency, ms — {meta['model']} ({meta['dtype']}, {meta['device']}), "
-            f"{meta['candidates']} candidates, concurrency {meta['concurrency']}, loopback"
+            f"serving latency in ms — {meta['model']} ({meta['dtype']}, {meta['device']}), "
+            f"{meta['candidates']} candidates/request, concurrency {meta['concurrency']}, loopback"
         ),
         title_justify="left",
         caption=(
-            "client = tritonclient round trip; fetch / model = server histograms (p50 from buckets | exact "
-            "mean); overhead = client − server total (p50 | mean); queue = Triton's mean queue wait"
+            "p50 / p99 / mean: client round trip (p99 of few requests ≈ their max). fetch, model: the "
+            "server's histograms, mean (bucket p50). overhead = client − server total, mean (p50); means add "
+            "up: mean = fetch + model + overhead. queue: Triton's mean queue wait, part of the overhead. "
+            "cli cpu: CPU time of the client process per request (it shares the cores with the server)."
         ),
         caption_justify="left",
     )
-    for name in ("path", "proto", "n", "client p50", "client p99", "fetch p50|mean", "model p50|mean"):
+    columns = (
+        "path",
+        "proto",
+        "n",
+        "p50",
+        "p99",
+        "mean",
+        "fetch",
+        "model",
+        "overhead",
+        "queue",
+        "req/s",
+        "cli cpu",
+    )
+    for name in columns:
         table.add_column(name, justify="left" if name in ("path", "proto") else "right")
-    for name in ("overhead p50|mean", "queue", "req/s", "statuses"):
-        table.add_column(name, justify="left" if name == "statuses" else "right")
     for path in PATHS:
         for protocol in PROTOCOLS:
             r = result["paths"][path][protocol]
@@ -257,39 +324,41 @@ def _print_table(console: Console, result: dict[str, Any]) -> None:
                 str(client["n"]) + (f" ({r['errors']} err)" if r["errors"] else ""),
                 _ms(client["p50_s"]),
                 _ms(client["p99_s"]),
-                f"{_ms(server['fetch']['p50_s'])} | {_ms(server['fetch']['mean_s'])}",
-                f"{_ms(server['model']['p50_s'])} | {_ms(server['model']['mean_s'])}",
-                f"{_ms(overhead['p50_s'])} | {_ms(overhead['mean_s'])}",
+                _ms(client["mean_s"]),
+                _split(server["fetch"]),
+                _split(server["model"]),
+                f"{_ms(overhead['mean_s'])} ({_ms(overhead['p50_s'], 0)})",
                 _ms(r["queue_mean_s"]),
                 f"{r['throughput_rps']:.2f}",
-                " ".join(f"{k}={v}" for k, v in sorted(r["statuses"].items())),
+                _ms(r["client_cpu_s_per_request"]),
             )
         table.add_section()
-    inproc = result["inprocess"]
+    fetch, score = result["inprocess"]["fetch"], result["inprocess"]["score"]
     table.add_row(
         "in-process",
         "score()",
-        str(inproc["score"]["n"]),
-        _ms(inproc["score"]["p50_s"]),
-        _ms(inproc["score"]["p99_s"]),
-        f"{_ms(inproc['fetch']['p50_s'])} | {_ms(inproc['fetch']['mean_s'])}",
-        f"{_ms(inproc['score']['p50_s'])} | {_ms(inproc['score']['mean_s'])}",
+        str(score["n"]),
+        _ms(score["p50_s"]),
+        _ms(score["p99_s"]),
+        _ms(score["mean_s"]),
+        f"{_ms(fetch['mean_s'])} ({_ms(fetch['p50_s'], 0)})",
+        f"{_ms(score['mean_s'])} ({_ms(score['p50_s'], 0)})",
         "–",
         "–",
-        f"{1.0 / inproc['score']['mean_s']:.2f}",
-        "sequential; fetch = store.read + decode",
+        f"{1.0 / score['mean_s']:.2f}",
+        "–",
     )
     console.print(table)
-    summary = Table(title="ratios (p50 over p50)", title_justify="left")
+    console.print(
+        "[dim]in-process: sequential; p50/p99/mean/model = score() alone; fetch = store.read + decode "
+        "(not part of score())[/]"
+    )
+    summary = Table(title="ratios", title_justify="left")
     summary.add_column("")
     for protocol in PROTOCOLS:
         summary.add_column(protocol, justify="right")
     ratios = result["ratios"]
-    for name, key in (
-        ("end-to-end hit / in-process score()", "hit_vs_inprocess"),
-        ("end-to-end feast / hit", "feast_vs_hit"),
-        ("end-to-end recompute / hit", "recompute_vs_hit"),
-    ):
+    for key, name in RATIOS:
         summary.add_row(name, *(f"{ratios[key][p]:.2f}x" for p in PROTOCOLS))
     console.print(summary)
 
@@ -310,6 +379,7 @@ def run_serving_bench(
     num_gist: int = 8,
     item_tokens: tuple[int, int] = (64, 192),
     seed: int = 0,
+    num_threads: int = 0,
     request_timeout_s: float = 600.0,
     phase_budget_s: float = 900.0,
     startup_timeout_s: float = 600.0,
@@ -322,6 +392,9 @@ def run_serving_bench(
     `recompute_requests`: per protocol, each with its own fresh `candidates` items; `warmup`: untimed
     hit requests per protocol (and in-process calls) first. Each phase (one path over one protocol) stops
     taking new requests after `phase_budget_s`; each request gives up after `request_timeout_s`.
+    `num_threads`: torch threads of the server's model processes and of the in-process model (set for this
+    call, restored after); 0 = torch's default. On a small or shared machine 1 can be much faster: torch's
+    threads then wait on cores that the client, the other model process or other work hold.
     `workdir`: catalog, Feast store, checkpoint and Triton run directory; default a temporary directory
     (removed at the end); an existing one is reused, its earlier benchmark files replaced.
     """
@@ -342,6 +415,9 @@ def run_serving_bench(
     def step(text: str) -> None:
         console.rule(f"[bold]{text}[/]  [dim]{time.perf_counter() - started:.0f}s[/]")
 
+    threads_before = torch.get_num_threads()
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
     tmp = tempfile.TemporaryDirectory(prefix="gistrank-bench-serving-") if workdir is None else None
     workdir = Path(tmp.name) if tmp is not None else Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -374,13 +450,17 @@ def run_serving_bench(
         ]
         catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
         catalog = Catalog(catalog_url)
-        catalog.load_jsonl(_write_jsonl(workdir / "bench-hit.jsonl", list(zip(hit_ids, pool, strict=False))))
+        catalog.load_jsonl(
+            _write_jsonl(workdir / "bench-hit.jsonl", list(zip(hit_ids, pool[:candidates], strict=True)))
+        )
         store = GistStore(workdir / "feast")
         store.apply()
         result_m = materialize(catalog, gist_model, store, batch_size=16)
         rest = [(i, pool[n]) for ids in feast_sets for n, i in enumerate(ids)]
         rest += [
-            (i, pool[candidates * (1 + r) + n]) for r, ids in enumerate(recompute_sets) for n, i in enumerate(ids)
+            (i, pool[candidates * (1 + r) + n])
+            for r, ids in enumerate(recompute_sets)
+            for n, i in enumerate(ids)
         ]
         catalog.load_jsonl(_write_jsonl(workdir / "bench-rest.jsonl", rest))
         hit_rows = store.read(hit_ids)
@@ -430,9 +510,8 @@ def run_serving_bench(
                 fetch_s.append(t1 - t0)
                 score_s.append(t2 - t1)
         inprocess = {"fetch": _latency_stats(fetch_s), "score": _latency_stats(score_s)}
-        console.print(
-            f"score() p50 {_ms(inprocess['score']['p50_s'])} ms, fetch p50 {_ms(inprocess['fetch']['p50_s'])} ms"
-        )
+        score_p50, fetch_p50 = inprocess["score"]["p50_s"], inprocess["fetch"]["p50_s"]
+        console.print(f"score() p50 {_ms(score_p50)} ms; store.read + decode p50 {_ms(fetch_p50)} ms")
 
         step("4. tritonserver on free 127.0.0.1 ports, shadow off")
         server = TritonServer(
@@ -442,6 +521,7 @@ def run_serving_bench(
                 feast_dir=str(workdir / "feast"),
                 shadow_rate=0.0,
                 max_candidates=max(200, candidates),
+                num_threads=num_threads,
                 http_port=0,
                 grpc_port=0,
                 metrics_port=0,
@@ -508,6 +588,8 @@ def run_serving_bench(
                     "queue_mean_s": _triton_queue_mean_s(_delta(before[1], after[1]), GIST_MODEL),
                     "wall_s": load.wall_s,
                     "throughput_rps": len(load.latencies) / load.wall_s,
+                    # on loopback the client shares the CPU with the server: what it takes of it
+                    "client_cpu_s_per_request": load.cpu_s / (len(load.latencies) + len(load.errors)),
                 }
                 unexpected = {s: c for s, c in load.statuses.items() if s != EXPECTED_STATUS[path]}
                 if unexpected or load.errors:
@@ -523,12 +605,15 @@ def run_serving_bench(
             catalog.close()
         if tmp is not None:
             tmp.cleanup()
+        torch_threads = torch.get_num_threads()
+        torch.set_num_threads(threads_before)
 
-    inproc_p50 = inprocess["score"]["p50_s"]
     result = {
         "meta": {
             "model": model,
-            "checkpoint": str(checkpoint) if tmp is None else "(a temporary copy, removed)",
+            "checkpoint": str(checkpoint)
+            if trained or tmp is None
+            else "(saved in a temporary dir, removed)",
             "fingerprint": fingerprint,
             "dtype": gist_model.gist.dtype,
             "num_gist": gist_model.gist.num_gist,
@@ -543,26 +628,15 @@ def run_serving_bench(
             "mean_item_tokens": mean_tokens,
             "seed": seed,
             "queries": len(queries),
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch_threads,
+            "num_threads_setting": num_threads,
             "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
             "duration_s": time.perf_counter() - started,
         },
         "inprocess": inprocess,
         "paths": paths,
-        "ratios": {
-            "hit_vs_inprocess": {
-                p: (paths["hit"][p]["client"]["p50_s"], inproc_p50) for p in PROTOCOLS
-            },
-            "feast_vs_hit": {
-                p: paths["feast"][p]["client"]["p50_s"] / paths["hit"][p]["client"]["p50_s"]
-                for p in PROTOCOLS
-            },
-            "recompute_vs_hit": {
-                p: paths["recompute"][p]["client"]["p50_s"] / paths["hit"][p]["client"]["p50_s"]
-                for p in PROTOCOLS
-            },
-        },
+        "ratios": _ratios(paths, inprocess),
     }
     _print_table(console, result)
     out = Path(out)
