@@ -83,6 +83,34 @@ def bench_store(
     )
 
 
+@app.command(name="bench-serving")
+def bench_serving(
+    base: Base = DEFAULT_BASE,
+    candidates: Annotated[int, typer.Option(help="item ids per request")] = 50,
+    requests: Annotated[int, typer.Option(help="hit-path requests per protocol")] = 8,
+    feast_requests: Annotated[int, typer.Option(help="Feast-path requests per protocol")] = 4,
+    recompute_requests: Annotated[int, typer.Option(help="recompute-path requests per protocol")] = 2,
+    concurrency: Annotated[int, typer.Option(help="concurrent clients")] = 4,
+    num_threads: Annotated[int, typer.Option(help="torch threads per model process; 0 = default")] = 1,
+    dtype: DType = "auto",
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_serving.json"),
+) -> None:
+    """End-to-end latency over HTTP and gRPC (hit / Feast / recompute paths) vs in-process score()."""
+    from reranker.serving.bench import run_serving_bench
+
+    run_serving_bench(
+        base,
+        out,
+        candidates,
+        requests,
+        concurrency,
+        dtype,
+        feast_requests=feast_requests,
+        recompute_requests=recompute_requests,
+        num_threads=num_threads,
+    )
+
+
 Data = Annotated[
     str, typer.Option(help="'synthetic' (seeded generator) or a relevance file (JSONL/CSV) / saved set dir")
 ]

@@ -10,15 +10,14 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-import urllib.request
 from importlib.resources import as_file, files
 from pathlib import Path
 
 from prometheus_client import REGISTRY
-from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from monitoring.scrape import histogram_quantile, sample_sum, scrape
 from reranker.config import GistConfig, resolve_dtype
 from reranker.demo import sample_queries
 from reranker.model import CHECKPOINT_FILE, GistReranker
@@ -35,40 +34,6 @@ def _rankings(console: Console, query: str, gist: list, full: list, top: int) ->
     for g, f in zip(ranked_gist, ranked_full, strict=True):
         table.add_row(f"{g.item_id} ({g.score:+.2f} · {g.status})", f"{f.item_id} ({f.score:+.2f})")
     console.print(table)
-
-
-def _scrape(url: str) -> dict[tuple[str, tuple], float]:
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def _sum(samples: dict, name: str, **labels: str) -> float:
-    want = set(labels.items())
-    return sum(v for (n, lab), v in samples.items() if n == name and want <= set(lab))
-
-
-def _quantile(samples: dict, name: str, q: float, **labels: str) -> float:
-    """Histogram quantile as Prometheus computes it: linear inside the bucket that crosses q."""
-    buckets = sorted(
-        (float(dict(lab)["le"]), v)
-        for (n, lab), v in samples.items()
-        if n == f"{name}_bucket" and set(labels.items()) <= set(lab)
-    )
-    total = buckets[-1][1] if buckets else 0.0
-    if total == 0:
-        return float("nan")
-    prev_le, prev_count = 0.0, 0.0
-    for le, count in buckets:
-        if count >= q * total:
-            if le == float("inf"):
-                return prev_le
-            return prev_le + (le - prev_le) * (q * total - prev_count) / max(count - prev_count, 1e-12)
-        prev_le, prev_count = le, count
-    return prev_le
 
 
 def _consume_until(consumer, store, versions: dict[str, int], timeout_s: float = 600.0) -> None:
@@ -96,16 +61,16 @@ def _wait_for_shadow(url: str, timeout_s: float = 300.0) -> None:
     """The shadow scores off the request path; wait until every sampled request has been compared."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        s = _scrape(url)
-        if _sum(s, "gistrank_shadow_requests_total") >= _sum(s, "gistrank_shadow_sampled_total"):
+        s = scrape(url)
+        if sample_sum(s, "gistrank_shadow_requests_total") >= sample_sum(s, "gistrank_shadow_sampled_total"):
             return
         time.sleep(0.5)
 
 
 def _metrics_snapshot(console: Console, url: str) -> None:
-    s = _scrape(url)
-    hits = {t: _sum(s, "gistrank_cache_hits_total", tier=t) for t in ("l1", "feast")}
-    misses = {t: _sum(s, "gistrank_cache_misses_total", tier=t) for t in ("l1", "feast")}
+    s = scrape(url)
+    hits = {t: sample_sum(s, "gistrank_cache_hits_total", tier=t) for t in ("l1", "feast")}
+    misses = {t: sample_sum(s, "gistrank_cache_misses_total", tier=t) for t in ("l1", "feast")}
     lookups = hits["l1"] + misses["l1"]
     table = Table(title="metrics snapshot (gist_reranker process + consumer)", title_justify="left")
     table.add_column("metric")
@@ -117,15 +82,15 @@ def _metrics_snapshot(console: Console, url: str) -> None:
     for reason in reasons:
         table.add_row(
             f"recompute fallbacks: {reason}",
-            f"{_sum(s, 'gistrank_recompute_fallbacks_total', reason=reason):.0f}",
+            f"{sample_sum(s, 'gistrank_recompute_fallbacks_total', reason=reason):.0f}",
         )
     for k in ("1", "5", "10"):
-        overlap = _sum(s, "gistrank_shadow_topk_overlap_total", k=k)
-        reference = _sum(s, "gistrank_shadow_topk_reference_total", k=k)
+        overlap = sample_sum(s, "gistrank_shadow_topk_overlap_total", k=k)
+        reference = sample_sum(s, "gistrank_shadow_topk_reference_total", k=k)
         table.add_row(f"shadow recall@{k}", f"{overlap / reference:.2f}" if reference else "–")
     for stage in ("fetch", "model", "total"):
-        p50 = _quantile(s, "gistrank_rerank_request_duration_seconds", 0.5, stage=stage)
-        p99 = _quantile(s, "gistrank_rerank_request_duration_seconds", 0.99, stage=stage)
+        p50 = histogram_quantile(s, "gistrank_rerank_request_duration_seconds", 0.5, stage=stage)
+        p99 = histogram_quantile(s, "gistrank_rerank_request_duration_seconds", 0.99, stage=stage)
         table.add_row(f"latency {stage} p50 / p99", f"{p50 * 1000:.0f} / {p99 * 1000:.0f} ms")
     events = REGISTRY.get_sample_value("gistrank_consumer_events_total") or 0.0
     compressed = REGISTRY.get_sample_value("gistrank_consumer_items_compressed_total") or 0.0

@@ -52,11 +52,11 @@ from rich.console import Console
 from rich.table import Table
 from tqdm.auto import tqdm
 
+from monitoring.scrape import histogram_quantile, sample_sum, scrape
 from reranker.config import GistConfig, resolve_dtype
 from reranker.demo import sample_queries
 from reranker.errors import GistRankError
 from reranker.model import CHECKPOINT_FILE, GistReranker
-from reranker.pipeline_demo import _quantile, _scrape, _sum
 
 PATHS = ("hit", "feast", "recompute")
 PROTOCOLS = ("http", "grpc")
@@ -99,12 +99,12 @@ def _server_stats(delta: dict) -> dict[str, dict[str, Any]]:
     """Per stage: requests observed, bucket p50/p99 and the exact mean from _sum/_count."""
     out = {}
     for stage in STAGES:
-        count = _sum(delta, f"{REQUEST_HISTOGRAM}_count", stage=stage)
-        total = _sum(delta, f"{REQUEST_HISTOGRAM}_sum", stage=stage)
+        count = sample_sum(delta, f"{REQUEST_HISTOGRAM}_count", stage=stage)
+        total = sample_sum(delta, f"{REQUEST_HISTOGRAM}_sum", stage=stage)
         out[stage] = {
             "count": round(count),
-            "p50_s": _finite(_quantile(delta, REQUEST_HISTOGRAM, 0.5, stage=stage)),
-            "p99_s": _finite(_quantile(delta, REQUEST_HISTOGRAM, 0.99, stage=stage)),
+            "p50_s": _finite(histogram_quantile(delta, REQUEST_HISTOGRAM, 0.5, stage=stage)),
+            "p99_s": _finite(histogram_quantile(delta, REQUEST_HISTOGRAM, 0.99, stage=stage)),
             "mean_s": total / count if count else None,
         }
     return out
@@ -112,7 +112,7 @@ def _server_stats(delta: dict) -> dict[str, dict[str, Any]]:
 
 def _counter(delta: dict, name: str, **labels: str) -> float:
     # prometheus-client's parser names every counter sample `<name>_total`, Triton's included
-    return _sum(delta, name, **labels) + _sum(delta, f"{name}_total", **labels)
+    return sample_sum(delta, name, **labels) + sample_sum(delta, f"{name}_total", **labels)
 
 
 def _triton_queue_mean_s(delta: dict, model: str) -> float | None:
@@ -538,8 +538,8 @@ def run_serving_bench(
         def send(client: RerankClient, query: str, ids: list[str]) -> list:
             return client.rerank(query, ids)
 
-        def scrape() -> tuple[dict, dict]:
-            return _scrape(server.model_metrics_url), _scrape(server.metrics_url)
+        def scrape_both() -> tuple[dict, dict]:
+            return scrape(server.model_metrics_url), scrape(server.metrics_url)
 
         step("5. load: hit (L1) → feast (L2) → recompute, each over HTTP then gRPC")
         for protocol in PROTOCOLS:
@@ -561,11 +561,11 @@ def run_serving_bench(
         for path in PATHS:
             paths[path] = {}
             for protocol, plan in zip(PROTOCOLS, plans[path], strict=True):
-                before = scrape()
+                before = scrape_both()
                 load = _run_load(
                     send, connect(protocol), plan, concurrency, phase_budget_s, f"{path} {protocol}"
                 )
-                after = scrape()
+                after = scrape_both()
                 if not load.latencies:
                     detail = load.errors[0] if load.errors else "the time budget ran out"
                     raise BenchError(f"no {path} request over {protocol} succeeded: {detail}")
