@@ -71,6 +71,7 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     assert "16/16 items have gist K/V in Feast" in out
     assert out.count("query: ") == 2
     assert "→ version" in out and "(feast)" in out.split("→ version")[1]
+    assert "· l1)" in out.split("→ version")[0]  # the repeated gist request is an L1 hit
     assert "shadow recall@10" in out and "consumer events consumed / items compressed" in out
     assert not (tmp_path / "demo" / "kafka" / "broker.pid").exists()  # the broker was stopped
 
