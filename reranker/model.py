@@ -5,11 +5,13 @@ Parameters added to the base LM (all in `gist.safetensors` of a checkpoint):
     score_embedding  (1, D)  the final token whose last hidden state is scored
     head             D → 1   relevance logit
 
-Three forwards share those parameters (sequence layouts in `layout.py`):
+The forwards sharing those parameters (sequence layouts in `layout.py`):
     compress(items)            item + gists, keep per-layer gist K/V           → list[GistKV]
     score(query, kvs)          query + score token against injected gist K/V   → (N,) online path
     score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
     score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
+    compress_prefix(items)     K/V of the item's first k tokens: the matched-budget baseline
+    autoencode_loss(items)     item + gists + prompt + item head, gist mask    → training objective
 
 `score(q, compress(items)) == score_masked(q, items)` (fp32, ≤ 1e-4 relative) is the core's
 acceptance test: tests/test_equivalence.py.
