@@ -406,28 +406,27 @@ class GistConsumer:
         return reuse, compress
 
     def _compress(self, pending: list[_Pending]) -> tuple[list[GistRow], list[DeadLetter]]:
-        """Render and compress in `compress_batch_size` forwards; encode each K/V into a blob.
+        """Render and compress the whole batch in `compress_batch_size` forwards; encode each K/V.
 
-        If a forward fails, its items are retried one by one so that one bad item is dead-lettered
-        (reason "compress_failed") instead of blocking its partition forever.
+        One `compress` call over all items lets the model sort them by length before cutting forwards,
+        so a forward pads little (chunking in event order first measured ~30% slower). If it fails, the
+        items are retried one by one so that one bad item is dead-lettered (reason "compress_failed")
+        instead of blocking its partition forever.
         """
+        if not pending:
+            return [], []
+        try:
+            return self._compress_rows(pending), []
+        except Exception:
+            log.warning("compressing %d items failed; retrying them one by one", len(pending), exc_info=True)
         rows: list[GistRow] = []
         dead: list[DeadLetter] = []
-        for start in range(0, len(pending), self.compress_batch_size):
-            chunk = pending[start : start + self.compress_batch_size]
+        for one in pending:
             try:
-                rows.extend(self._compress_rows(chunk))
-                continue
-            except Exception:
-                log.warning(
-                    "compressing %d items failed; retrying them one by one", len(chunk), exc_info=True
-                )
-            for one in chunk:
-                try:
-                    rows.extend(self._compress_rows([one]))
-                except Exception as exc:
-                    reason = f"compression failed: {type(exc).__name__}: {exc}"[:500]
-                    dead.append(DeadLetter(one.record, reason, "compress_failed"))
+                rows.extend(self._compress_rows([one]))
+            except Exception as exc:
+                reason = f"compression failed: {type(exc).__name__}: {exc}"[:500]
+                dead.append(DeadLetter(one.record, reason, "compress_failed"))
         return rows, dead
 
     def _compress_rows(self, chunk: list[_Pending]) -> list[GistRow]:

@@ -30,7 +30,7 @@ class RedisServer:
         if exe is None:
             raise RuntimeError("redis-server is not installed: run scripts/setup_system.sh")
         self.exe = exe
-        self.workdir = workdir
+        self.workdir = workdir.resolve()  # redis-server chdirs to --dir before opening --logfile
         self.timeout_s = timeout_s
         self.port = 0  # picked by the first start
         self.proc: subprocess.Popen[bytes] | None = None
