@@ -44,6 +44,8 @@ import yaml
 if TYPE_CHECKING:
     from feast import FeatureStore, RepoConfig
 
+    from reranker.kv import GistKV
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FEATURE_REPO = REPO_ROOT / "feature_repo"
 DEFAULT_DATA_DIR = REPO_ROOT / "var" / "feast"
@@ -89,6 +91,24 @@ class GistRow:
             )
         if self.version < 0 or self.num_gist < 0 or self.item_tokens < 0:
             raise ValueError(f"GistRow {self.item_id!r}: version, num_gist and item_tokens must be >= 0")
+
+    @classmethod
+    def encode(
+        cls, item_id: str, kv: GistKV, content_hash: str, version: int, storage_dtype: str | None = None
+    ) -> GistRow:
+        """The row for compressed `kv`: the one place (consumer, backfill, serving write-back) where K/V
+        becomes stored bytes, so the columns always describe the blob."""
+        from reranker import kv_codec  # torch, only for callers that hold K/V anyway
+
+        return cls(
+            item_id=item_id,
+            kv=kv_codec.encode(kv, content_hash, storage_dtype),
+            fingerprint=kv.fingerprint,
+            num_gist=kv.num_gist,
+            item_tokens=kv.item_tokens,
+            content_hash=content_hash,
+            version=version,
+        )
 
 
 @dataclass(frozen=True)

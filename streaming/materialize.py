@@ -20,7 +20,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from tqdm.auto import tqdm
 
-from reranker import kv_codec
 from reranker.render import content_hash, render_item
 from streaming.catalog import BATCH, Catalog, Item
 from streaming.events import ItemFields
@@ -69,17 +68,7 @@ def compress_rows(
     rows = []
     for (item_id, fields, version), kv in zip(items, kvs, strict=True):
         digest = content_hash(fields.title, fields.attributes, fields.description)
-        rows.append(
-            GistRow(
-                item_id=item_id,
-                kv=kv_codec.encode(kv, digest, storage_dtype),
-                fingerprint=kv.fingerprint,
-                num_gist=kv.num_gist,
-                item_tokens=kv.item_tokens,
-                content_hash=digest,
-                version=version,
-            )
-        )
+        rows.append(GistRow.encode(item_id, kv, digest, version, storage_dtype))
     return rows
 
 

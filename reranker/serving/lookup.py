@@ -171,15 +171,7 @@ class FeastWriteBack:
 
     def _write(self, jobs: list[WriteBackJob]) -> None:
         rows = [
-            GistRow(
-                item_id=job.item_id,
-                kv=kv_codec.encode(job.kv, job.content_hash, self._storage_dtype),
-                fingerprint=job.kv.fingerprint,
-                num_gist=job.kv.num_gist,
-                item_tokens=job.kv.item_tokens,
-                content_hash=job.content_hash,
-                version=job.version,
-            )
+            GistRow.encode(job.item_id, job.kv, job.content_hash, job.version, self._storage_dtype)
             for job in jobs
         ]
         try:
