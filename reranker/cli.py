@@ -135,6 +135,9 @@ def train(
     seed: int = 0,
     products: Annotated[int, typer.Option(help="synthetic catalog size (product families)")] = 200,
     num_gist: NumGist = 8,
+    keep_item_prefix: Annotated[
+        int, typer.Option(help="t: first item tokens kept as raw K/V beside the gists (hybrid; 0 = off)")
+    ] = 0,
     max_item_tokens: int = 512,
     dtype: DType = "auto",
     config: Annotated[Path | None, typer.Option(help="JSON file of further TrainConfig fields")] = None,
@@ -150,7 +153,12 @@ def train(
     if resume:
         trainer = Trainer.resume(out, relevance)
     else:
-        gist = GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype))
+        gist = GistConfig(
+            num_gist=num_gist,
+            keep_item_prefix=keep_item_prefix,
+            max_item_tokens=max_item_tokens,
+            dtype=resolve_dtype(dtype),
+        )
         extra = json.loads(config.read_text()) if config else {}
         cfg = TrainConfig(**({"role": role, "base": base, "gist": gist, "seed": seed} | extra))
         trainer = Trainer(cfg, relevance, out)
@@ -168,11 +176,15 @@ def evaluate(
     products: int = 200,
     max_item_tokens: int = 512,
     split: str = "test",
+    prefix_k: Annotated[
+        list[int] | None, typer.Option(help="k' of the prefix-caching baselines (t + k' tokens; repeatable)")
+    ] = None,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
     from reranker.evaluate import evaluate as run_eval
 
-    result = run_eval(_load_data(data, seed, products, max_item_tokens), teacher, student, out, split=split)
+    relevance = _load_data(data, seed, products, max_item_tokens)
+    result = run_eval(relevance, teacher, student, out, split=split, prefix_ks=prefix_k or (4, 8, 16))
     typer.echo((out / "report.md").read_text())
     typer.echo(f"{result['queries']} queries; wrote {out}/results.json, report.md and plots")
 

@@ -20,6 +20,11 @@ class GistConfig(BaseModel):
     only on differences). The scheme needs no extra setting: the item token count `j` travels with
     the K/V.
 
+    Hybrid (`keep_item_prefix` = t > 0): the K/V of the item's first p = min(t, j) tokens (title and
+    key fields, rendered first) is stored in front of the gists at its own positions 0 … p-1, and the
+    gist mask lets the query read those columns, so exact title/spec tokens survive compression.
+    Stored positions become p + k.
+
     Token-limit policy: items longer than `max_item_tokens` are truncated (counted in
     `gistrank_items_truncated_total` and flagged on the `GistKV`), because long catalog text is
     normal and its head carries the title and key attributes. Queries longer than
@@ -33,6 +38,9 @@ class GistConfig(BaseModel):
     max_item_tokens: int = Field(
         1024, ge=1, description="item tokens kept (BOS included); longer items truncate"
     )
+    keep_item_prefix: int = Field(
+        0, ge=0, description="t: first item tokens kept as raw K/V beside the gists (0 = pure gisting)"
+    )
     max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
     dtype: DType = Field("float32", description="compute and K/V storage dtype (see preferred_dtype)")
     query_template: str = Field(
@@ -43,6 +51,11 @@ class GistConfig(BaseModel):
     def model_post_init(self, _context: object) -> None:
         if "{query}" not in self.query_template:
             raise ValueError("query_template must contain '{query}'")
+        if self.keep_item_prefix >= self.max_item_tokens:
+            raise ValueError(
+                f"keep_item_prefix={self.keep_item_prefix} must be below "
+                f"max_item_tokens={self.max_item_tokens}"
+            )
 
     @property
     def torch_dtype(self) -> torch.dtype:

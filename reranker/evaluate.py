@@ -3,10 +3,12 @@
 Reference = the full-context teacher's ranking of the same candidates. For every test query and every
 system: recall@K (K = 1, 5, 10) of the system's top-K against the teacher's top-K, NDCG@10 and
 accuracy@1 against the labels. Systems, at matched storage and online cost:
-    gist k=…            the trained student's online path: score(query, compress(items))
-    untrained gists k=… the same student with its gist embeddings reset to their initial values
-    prefix k=…          K/V of the item's first k tokens in place of the gists (prefix caching cut
-                        to the same budget), scored by the same student
+    gist [t=…] k=…      the trained student's online path: score(query, compress(items)); t = hybrid
+                        raw prefix kept beside the k gists
+    untrained gists …   the same student with its initial gist embeddings
+    prefix B            K/V of the item's first B tokens in place of the (prefix +) gists — prefix
+                        caching cut to the same budget B = t + k (and B = t + k' for each k' of the
+                        sweep), scored by the same student's body and head
     bm25                lexical baseline on the rendered item text
     no item             a constant score: what the query alone can do (nothing)
     teacher             the reference itself (its NDCG is the ceiling)
@@ -23,9 +25,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
+from reranker.config import GistConfig
 from reranker.metrics import accuracy_at_1, length_quartiles, ndcg_at_k, recall_at_k_vs_reference
 from reranker.model import GistReranker
 from reranker.relevance_data import RelevanceSet
@@ -62,28 +64,49 @@ def query_metrics(
     return out
 
 
-def _gist_systems(path: str | Path, texts_by_id: dict[str, str], device: str | None) -> dict[str, Callable]:
-    """Scorers of one student checkpoint (k fixed by its config); item K/V compressed once per item.
+def gist_name(gist: GistConfig, family: str = "gist") -> str:
+    t = f"t={gist.keep_item_prefix} " if gist.keep_item_prefix else ""
+    return f"{family} {t}k={gist.num_gist}"
 
-    The untrained-gists baseline is a second copy of the student with its gist embeddings reset: the
-    fingerprint (rightly) makes K/V from one set of gists unusable by a model holding the other."""
+
+def _gist_systems(
+    path: str | Path, texts_by_id: dict[str, str], prefix_ks: Sequence[int], device: str | None
+) -> dict[str, tuple[Callable, dict]]:
+    """Scorers of one student checkpoint, each with its plot facts (family, stored positions per item);
+    item K/V compressed once per item and system.
+
+    The untrained-gists baseline is the student's body and head with its initial gists (the
+    fingerprint rightly keeps K/V of one set of gists away from a model holding the other). The prefix
+    baselines cache the item's first t + k' tokens for each k' in `prefix_ks` and the student's k."""
     student = GistReranker.from_pretrained(path, device=device)
-    untrained = GistReranker.from_pretrained(path, device=device)
-    with torch.no_grad():
-        untrained.gist_embeddings.copy_(GistReranker.initial_gist_embeddings(untrained.lm, untrained.gist))
+    untrained = student.with_gist_config(student.gist)
     ids = list(texts_by_id)
     texts = [texts_by_id[i] for i in ids]
-    k = student.gist.num_gist
+    t, k = student.gist.keep_item_prefix, student.gist.num_gist
+    hybrid = f"t={t} " if t else ""
 
     def scorer(model: GistReranker, kvs: list) -> Callable:
         by_id = dict(zip(ids, kvs, strict=True))
         return lambda query, cand_ids: model.score(query, [by_id[i] for i in cand_ids]).tolist()
 
-    return {
-        f"gist k={k}": scorer(student, student.compress(texts, progress=True)),
-        f"untrained gists k={k}": scorer(untrained, untrained.compress(texts)),
-        f"prefix k={k}": scorer(student, student.compress_prefix(texts)),
+    systems = {
+        gist_name(student.gist): (
+            scorer(student, student.compress(texts, progress=True)),
+            {"family": f"gist {hybrid}".strip(), "positions": t + k},
+        ),
+        gist_name(student.gist, "untrained gists"): (
+            scorer(untrained, untrained.compress(texts)),
+            {"family": f"untrained gists {hybrid}".strip(), "positions": t + k},
+        ),
     }
+    for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
+        plain_cfg = GistConfig(**(student.gist.model_dump() | {"num_gist": budget, "keep_item_prefix": 0}))
+        plain = student.with_gist_config(plain_cfg)
+        systems[f"prefix {budget}"] = (
+            scorer(plain, plain.compress_prefix(texts)),
+            {"family": "prefix", "positions": budget},
+        )
+    return systems
 
 
 def evaluate(
@@ -93,6 +116,7 @@ def evaluate(
     out: Path,
     split: str = "test",
     device: str | None = None,
+    prefix_ks: Sequence[int] = (4, 8, 16),
 ) -> dict:
     test = data.split(split)
     if not test.queries:
@@ -101,12 +125,15 @@ def evaluate(
     used = {item_id for q in test.queries for item_id, _ in test.candidates(q.query_id)}
     texts_by_id = {item_id: data.items[item_id].text for item_id in sorted(used)}
 
-    systems: dict[str, Callable] = {
-        "bm25": lambda query, cand_ids: bm25_scores(query, [texts_by_id[i] for i in cand_ids]),
-        "no item": lambda _query, cand_ids: [0.0] * len(cand_ids),
+    systems: dict[str, tuple[Callable, dict]] = {
+        "bm25": (
+            lambda query, cand_ids: bm25_scores(query, [texts_by_id[i] for i in cand_ids]),
+            {"family": "bm25", "positions": None},
+        ),
+        "no item": (lambda _query, cand_ids: [0.0] * len(cand_ids), {"family": "no item", "positions": 0}),
     }
     for path in student_paths:
-        systems |= _gist_systems(path, texts_by_id, device)
+        systems |= _gist_systems(path, texts_by_id, prefix_ks, device)
 
     def target_length(query_id: str) -> int:
         cands = test.candidates(query_id)
@@ -123,7 +150,7 @@ def evaluate(
         reference = teacher.score_full(query.text, [texts_by_id[i] for i in cand_ids]).tolist()
         slices = {"query_id": query.query_id, "hard": query.hard, "length_quartile": quartile}
         records.append({"system": "teacher", **slices, **query_metrics(reference, reference, labels)})
-        for name, score in systems.items():
+        for name, (score, _) in systems.items():
             records.append(
                 {"system": name, **slices, **query_metrics(score(query.text, cand_ids), reference, labels)}
             )
@@ -134,6 +161,8 @@ def evaluate(
         "teacher": str(teacher_path),
         "students": [str(p) for p in student_paths],
         "queries": len(test.queries),
+        "systems": {"teacher": {"family": "teacher", "positions": None}}
+        | {name: facts for name, (_, facts) in systems.items()},
         "length_quartile_cuts_tokens": _cuts(lengths, quartiles),
         "summary": summary,
         "records": records,
@@ -141,7 +170,7 @@ def evaluate(
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "report.md").write_text(markdown_report(result))
-    plot(summary, out)
+    plot(summary, result["systems"], out)
     return result
 
 
@@ -208,32 +237,31 @@ def markdown_report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(summary: dict, out: Path) -> list[Path]:
-    """One PNG per metric: metric vs k per length quartile, gist vs prefix vs untrained gists."""
+def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
+    """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one line
+    per system family and item-length quartile — trained gists vs prefix caching vs untrained gists."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    families = sorted({f["family"] for f in systems.values() if f["positions"]})
+    styles = dict(zip(families, ("-", "--", ":", "-.") * 4, strict=False))
     paths = []
-    families = ("gist", "prefix", "untrained gists")
     for metric in ("recall@5", "recall@10", "ndcg@10"):
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for family, style in zip(families, ("-", "--", ":"), strict=True):
+        for family in families:
             runs = sorted(
-                (int(name.rsplit("=", 1)[1]), s)
-                for name, s in summary.items()
-                if name.startswith(f"{family} k=")
+                (f["positions"], summary[name]) for name, f in systems.items() if f["family"] == family
             )
-            if not runs:
-                continue
             for q in sorted(runs[0][1]["by_length_quartile"]):
-                ks = [k for k, _ in runs]
-                ys = [s["by_length_quartile"][q][metric] for _, s in runs]
-                ax.plot(ks, ys, style, marker="o", label=f"{family} Q{q}")
-        ax.set_xlabel("k (gist tokens / prefix tokens)")
+                xs = [x for x, s in runs if q in s["by_length_quartile"]]
+                ys = [s["by_length_quartile"][q][metric] for _, s in runs if q in s["by_length_quartile"]]
+                ax.plot(xs, ys, styles[family], marker="o", label=f"{family} Q{q}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("stored K/V positions per item (k, or t + k)")
         ax.set_ylabel(metric)
-        ax.set_title(f"{metric} vs k per item-length quartile")
+        ax.set_title(f"{metric} vs stored positions per item-length quartile")
         ax.legend(fontsize=7, ncol=3)
         ax.grid(alpha=0.3)
         path = out / f"{metric.replace('@', '_at_')}_vs_k.png"

@@ -24,15 +24,16 @@ Payload metadata (safetensors string metadata; every key required, no others all
     format="gistrank-kv"  version  fingerprint  content_hash
     num_layers  num_kv_heads  num_gist  head_dim           (L, H_kv, k, h: must match the tensors)
     item_tokens  gist_start  truncated                      (position data; gist_start == item_tokens)
+    prefix_tokens                                           (p raw item tokens kept before the gists)
     storage_dtype  source_dtype                             (how it is stored / what it was encoded from)
 
 Payload tensors:
 
-* float32 / float16 / bfloat16: ``kv`` (L, 2, H_kv, k, h) in that dtype — the K/V cast once, so decoding
+* float32 / float16 / bfloat16: ``kv`` (L, 2, H_kv, p + k, h) in that dtype — the K/V cast once, so decoding
   gives back exactly `kv.to(storage_dtype)`.
-* int8: ``kv`` int8 (L, 2, H_kv, k, h) in [-127, 127] with float32 scales ``k_scale`` (L, H_kv, 1, h) and
-  ``v_scale`` (L, H_kv, k, 1). Symmetric absmax quantisation: x̂ = q·s with s = max|x| / 127 over the
-  group. Keys are grouped per channel (over the k gist positions) because RoPE-rotated keys carry a few
+* int8: ``kv`` int8 (L, 2, H_kv, p + k, h) in [-127, 127] with float32 scales ``k_scale`` (L, H_kv, 1, h)
+  and ``v_scale`` (L, H_kv, p + k, 1). Symmetric absmax quantisation: x̂ = q·s with s = max|x| / 127 over the
+  group. Keys are grouped per channel (over the p + k positions) because RoPE-rotated keys carry a few
   outlier channels that would swamp a per-token scale; values have no such channels and are grouped
   per token (over the h channels), which needs k/h as many scales (KIVI, Liu et al. 2024). Error
   bound: |x̂ − x| ≤ s/2 = max|x_group| / 254 ≤ max|x| / 254 (plus float32 rounding), before the cast to
@@ -63,7 +64,7 @@ from reranker.errors import FingerprintMismatchError, GistRankError
 from reranker.kv import GistKV
 
 MAGIC = b"GRKV"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: prefix_tokens (hybrid keep_item_prefix)
 FORMAT_NAME = "gistrank-kv"
 _PREFIX = struct.Struct("<4sHQ")  # magic, frame version, payload length
 _DIGEST_SIZE = 16
@@ -89,6 +90,7 @@ _META_KEYS = frozenset(
         "head_dim",
         "item_tokens",
         "gist_start",
+        "prefix_tokens",
         "truncated",
         "storage_dtype",
         "source_dtype",
@@ -141,10 +143,10 @@ class DecodedKV:
 
 
 def kv_nbytes_formula(
-    num_layers: int, num_gist: int, num_kv_heads: int, head_dim: int, bytes_per_elem: int | float
+    num_layers: int, positions: int, num_kv_heads: int, head_dim: int, bytes_per_elem: int | float
 ) -> int:
-    """Bytes of one item's gist K/V: 2·L·k·H_kv·h·b (DESIGN §4)."""
-    return int(2 * num_layers * num_gist * num_kv_heads * head_dim * bytes_per_elem)
+    """Bytes of one item's cached K/V: 2·L·(p + k)·H_kv·h·b (DESIGN §4); `positions` = p + k."""
+    return int(2 * num_layers * positions * num_kv_heads * head_dim * bytes_per_elem)
 
 
 def _digest(prefix: bytes, payload: bytes) -> bytes:
@@ -160,8 +162,8 @@ def _dtype_name(dtype: torch.dtype) -> str | None:
 # ---------------------------------------------------------------------------------------------- encode
 def _quantize_int8(kv: torch.Tensor) -> dict[str, torch.Tensor]:
     x = kv.float()
-    k_abs = x[:, 0].abs().amax(dim=2, keepdim=True)  # (L, H_kv, 1, h): per channel over the gists
-    v_abs = x[:, 1].abs().amax(dim=3, keepdim=True)  # (L, H_kv, k, 1): per gist over the channels
+    k_abs = x[:, 0].abs().amax(dim=2, keepdim=True)  # (L, H_kv, 1, h): per channel over the positions
+    v_abs = x[:, 1].abs().amax(dim=3, keepdim=True)  # (L, H_kv, p + k, 1): per position over channels
     # An all-zero group gets scale 1 (its q is 0 anyway) so that decode can insist on positive scales.
     k_scale = torch.where(k_abs > 0, k_abs / _INT8_MAX, torch.ones_like(k_abs))
     v_scale = torch.where(v_abs > 0, v_abs / _INT8_MAX, torch.ones_like(v_abs))
@@ -174,7 +176,7 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
     """Serialise `kv` (stored as `storage_dtype`, default its own dtype) into a checksummed blob.
 
     Raises `ValueError` for an unknown storage dtype, an empty fingerprint or content hash, a tensor
-    that is not (L, 2, H_kv, k, h) float, or values that are not finite in the storage dtype (NaN/inf
+    that is not (L, 2, H_kv, p + k, h) float, or values that are not finite in the storage dtype (NaN/inf
     K/V would poison every score silently, so it is refused here rather than stored).
     """
     source = _dtype_name(kv.kv.dtype)
@@ -185,7 +187,9 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
         raise ValueError(f"storage_dtype {storage!r} is not one of {list(STORAGE_DTYPES)}")
     shape = tuple(kv.kv.shape)
     if len(shape) != 5 or shape[1] != 2 or min(shape) < 1:
-        raise ValueError(f"K/V shape {shape} is not (L, 2, H_kv, k, h)")
+        raise ValueError(f"K/V shape {shape} is not (L, 2, H_kv, p + k, h)")
+    if not 0 <= kv.prefix_tokens < shape[3]:
+        raise ValueError(f"prefix_tokens={kv.prefix_tokens} leaves no gist in {shape[3]} positions")
     if not kv.fingerprint or not content_hash:
         raise ValueError("fingerprint and content_hash must be non-empty")
     if kv.item_tokens < 0:
@@ -202,7 +206,7 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
             raise ValueError(f"K/V has values that are not finite in {storage}")
         tensors = {"kv": cast}
 
-    num_layers, _, num_kv_heads, num_gist, head_dim = shape
+    num_layers, _, num_kv_heads, positions, head_dim = shape
     metadata = {
         "format": FORMAT_NAME,
         "version": str(FORMAT_VERSION),
@@ -210,10 +214,11 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
         "content_hash": content_hash,
         "num_layers": str(num_layers),
         "num_kv_heads": str(num_kv_heads),
-        "num_gist": str(num_gist),
+        "num_gist": str(positions - kv.prefix_tokens),
         "head_dim": str(head_dim),
         "item_tokens": str(kv.item_tokens),
         "gist_start": str(kv.gist_start),
+        "prefix_tokens": str(kv.prefix_tokens),
         "truncated": "true" if kv.truncated else "false",
         "storage_dtype": storage,
         "source_dtype": source,
@@ -324,6 +329,10 @@ def decode(
     item_tokens = _uint(meta, "item_tokens", 0)
     if _uint(meta, "gist_start", 0) != item_tokens:
         raise BlobMetadataError(f"gist_start={meta['gist_start']} is not item_tokens={item_tokens}")
+    prefix_tokens = _uint(meta, "prefix_tokens", 0)
+    if prefix_tokens > item_tokens:
+        raise BlobMetadataError(f"prefix_tokens={prefix_tokens} exceeds item_tokens={item_tokens}")
+    positions = prefix_tokens + num_gist
     if meta["truncated"] not in ("true", "false"):
         raise BlobMetadataError(f"metadata truncated={meta['truncated']!r} is not true/false")
     storage, source = meta["storage_dtype"], meta["source_dtype"]
@@ -332,11 +341,11 @@ def decode(
 
     # The tensor table is checked against the metadata before safetensors builds anything, so an
     # inconsistent blob never reaches the allocator with sizes nobody vouched for.
-    shape = (num_layers, 2, num_kv_heads, num_gist, head_dim)
+    shape = (num_layers, 2, num_kv_heads, positions, head_dim)
     expected = {"kv": (storage, shape)}
     if storage == "int8":
         expected["k_scale"] = ("float32", (num_layers, num_kv_heads, 1, head_dim))
-        expected["v_scale"] = ("float32", (num_layers, num_kv_heads, num_gist, 1))
+        expected["v_scale"] = ("float32", (num_layers, num_kv_heads, positions, 1))
     if set(header) != set(expected):
         raise BlobMetadataError(f"tensors {sorted(header)}, expected {sorted(expected)}")
     for name, (st_dtype, st_shape) in expected.items():
@@ -368,5 +377,6 @@ def decode(
         fingerprint=meta["fingerprint"],
         item_tokens=item_tokens,
         truncated=meta["truncated"] == "true",
+        prefix_tokens=prefix_tokens,
     )
     return DecodedKV(kv=gist_kv, content_hash=meta["content_hash"], storage_dtype=storage)

@@ -5,17 +5,21 @@ Three sequence layouts, one per forward (N rows, k gists, ℓ = query tokens inc
     training / reference (`score_masked`), right-padded:
         positions  0 … j-1 | j … j+k-1 | j+k … j+k+ℓ-1 | pad
         tokens     item    | gists     | query + score | pad
-        mask       causal, minus the block (after-gist rows × item columns): the query and the score
-                   token see the item ONLY through the gists.
+        mask       causal, minus the block (after-gist rows × item columns t … j-1): the query and the
+                   score token see the item ONLY through the gists and its first t tokens.
 
     compression (`compress`), left-padded so every row's gists are its last k slots:
         positions  pad | 0 … j-1 | j … j+k-1
-        tokens     pad | item    | gists           → keep K/V of the last k slots of every layer
+        tokens     pad | item    | gists           → keep K/V of the first p and the last k real slots
 
     online (`score`): the item is gone; its positions are simply not in the sequence:
-        cache      gist K/V (k columns per row, keys rotated at j … j+k-1 when compressed)
+        cache      p prefix + k gist columns per row (keys rotated at 0 … p-1 and j … j+k-1 when
+                   compressed); rows with p < P (the batch's longest prefix) get masked pad columns
         positions  j+k … j+k+ℓ-1 — a per-row offset, so every query→gist distance equals training's
-        mask       all cached gist columns visible, causal over the query
+        mask       every real cached column visible, causal over the query
+
+t = `keep_item_prefix` (0: pure gisting) and p = min(t, j) per item: the hybrid keeps the first t item
+tokens (title and key fields, rendered first) as raw K/V beside the gists so exact tokens survive.
 
 Masks are additive floats (0 keep / dtype-min drop): transformers uses a 4D mask as given, and eager
 attention *adds* it, so a boolean mask would be silently wrong there (DESIGN §7).
@@ -38,20 +42,24 @@ def _causal(seq_len: int, device: torch.device) -> torch.Tensor:
     return idx[None, :] <= idx[:, None]  # (S_q, S_k)
 
 
-def cut_block(item_lens: torch.Tensor, num_gist: int, total: int) -> torch.Tensor:
-    """The block the gist mask removes → bool `(N, total, total)`: rows after the gists × item columns."""
+def cut_block(item_lens: torch.Tensor, num_gist: int, total: int, keep: int = 0) -> torch.Tensor:
+    """The block the gist mask removes → bool `(N, total, total)`: rows after the gists × item columns
+    `keep … j-1` (the first `keep` item tokens stay visible: the hybrid prefix)."""
     pos = torch.arange(total, device=item_lens.device)
     after_gists = pos[None, :, None] >= (item_lens + num_gist)[:, None, None]  # (N, S, 1) rows
-    item_cols = pos[None, None, :] < item_lens[:, None, None]  # (N, 1, S) columns
+    item_cols = (pos[None, None, :] < item_lens[:, None, None]) & (pos >= keep)  # (N, 1, S) columns
     return after_gists & item_cols
 
 
-def training_mask(item_lens: torch.Tensor, num_gist: int, seq_lens: torch.Tensor, total: int) -> torch.Tensor:
+def training_mask(
+    item_lens: torch.Tensor, num_gist: int, seq_lens: torch.Tensor, total: int, keep: int = 0
+) -> torch.Tensor:
     """Gist mask of the right-padded training layout → bool `(N, total, total)`.
 
-    item_lens: (N,) j per row; seq_lens: (N,) real length per row (j + k + tail); total: padded length.
+    item_lens: (N,) j per row; seq_lens: (N,) real length per row (j + k + tail); total: padded length;
+    keep: t, item tokens the tail may still read directly.
     """
-    allowed = full_mask(seq_lens, total) & ~cut_block(item_lens, num_gist, total)
+    allowed = full_mask(seq_lens, total) & ~cut_block(item_lens, num_gist, total, keep)
     # every row keeps its diagonal, so no softmax row is empty (padding rows' outputs are never read)
     return allowed | torch.eye(total, dtype=torch.bool, device=item_lens.device)[None]
 
@@ -103,8 +111,16 @@ def online_positions(gist_start: torch.Tensor, num_gist: int, query_len: int) ->
     return gist_start[:, None] + num_gist + torch.arange(query_len, device=gist_start.device)[None, :]
 
 
-def online_mask(n: int, cache_len: int, query_len: int, device: torch.device) -> torch.Tensor:
-    """Mask of the query against injected K/V → bool `(N, ℓ, cache_len + ℓ)`: all gists, causal query."""
-    gists = torch.ones(query_len, cache_len, dtype=torch.bool, device=device)
-    allowed = torch.cat([gists, _causal(query_len, device)], dim=1)
-    return allowed[None].expand(n, -1, -1)
+def online_mask(prefix_lens: torch.Tensor, prefix_slots: int, num_gist: int, query_len: int) -> torch.Tensor:
+    """Mask of the query against injected K/V → bool `(N, ℓ, P + k + ℓ)`.
+
+    Cache columns per row: `prefix_slots` P prefix slots of which the first p (= prefix_lens, (N,)) are
+    real, then k gists. Real prefix columns and all gists visible, pad slots never; causal over the query.
+    """
+    device = prefix_lens.device
+    slot = torch.arange(prefix_slots, device=device)
+    prefix = (slot[None, :] < prefix_lens[:, None])[:, None, :].expand(-1, query_len, -1)  # (N, ℓ, P)
+    n = prefix_lens.shape[0]
+    gists = torch.ones(n, query_len, num_gist, dtype=torch.bool, device=device)
+    causal = _causal(query_len, device)[None].expand(n, -1, -1)
+    return torch.cat([prefix, gists, causal], dim=2)

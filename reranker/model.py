@@ -4,13 +4,14 @@ Parameters added to the base LM (all in `gist.safetensors` of a checkpoint):
     gist_embeddings  (k, D)  k distinct learned inputs appended after the item
     score_embedding  (1, D)  the final token whose last hidden state is scored
     head             D → 1   relevance logit
+plus, when trained with `add_lora`, LoRA adapters on the body (`adapter/` of a checkpoint, peft format).
 
 The forwards sharing those parameters (sequence layouts in `layout.py`):
-    compress(items)            item + gists, keep per-layer gist K/V           → list[GistKV]
+    compress(items)            item + gists, keep per-layer (prefix +) gist K/V → list[GistKV]
     score(query, kvs)          query + score token against injected gist K/V   → (N,) online path
     score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
     score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
-    compress_prefix(items)     K/V of the item's first k tokens: the matched-budget baseline
+    compress_prefix(items)     K/V of the item's first t + k tokens: the matched-budget baseline
     autoencode_loss(items)     item + gists + prompt + item head, gist mask    → training objective
 
 `score(q, compress(items)) == score_masked(q, items)` (fp32, ≤ 1e-4 relative) is the core's
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
@@ -44,6 +46,8 @@ from reranker.kv import GistKV
 
 CHECKPOINT_FILE = "gistrank.json"
 GIST_WEIGHTS_FILE = "gist.safetensors"
+ADAPTER_DIR = "adapter"
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKPOINT_FORMAT = 1
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
@@ -125,6 +129,8 @@ class GistReranker(nn.Module):
             base_ref = meta["base"]
             base_dir = Path(base) / "base" if meta.get("base_stored") else base_ref
             model = cls._wrap(base_dir, base_ref, saved, device)
+            if (Path(base) / ADAPTER_DIR).is_dir():
+                model.lm = PeftModel.from_pretrained(model.lm, Path(base) / ADAPTER_DIR).eval()
             state = load_file(Path(base) / GIST_WEIGHTS_FILE, device=str(device))
             model._load_gist_state(state)
             if meta.get("fingerprint") not in (None, model.fingerprint):
@@ -143,16 +149,42 @@ class GistReranker(nn.Module):
         tokenizer = AutoTokenizer.from_pretrained(path)
         return cls(lm, tokenizer, gist, base_ref).eval()
 
+    def with_gist_config(self, gist: GistConfig) -> GistReranker:
+        """The same body (shared, not copied), score token and head under `gist`, with that config's
+        untrained gists: a warm start for a student, the "untrained gists" and prefix baselines."""
+        other = GistReranker(self.lm, self.tokenizer, gist, self.base_ref)
+        with torch.no_grad():
+            other.score_embedding.copy_(self.score_embedding)
+            other.head.load_state_dict(self.head.state_dict())
+        return other.eval()
+
+    @property
+    def has_lora(self) -> bool:
+        return isinstance(self.lm, PeftModel)
+
+    def add_lora(self, rank: int, alpha: float, seed: int = 0) -> None:
+        """Wrap the body with fresh LoRA adapters on every attention and MLP projection. B starts at
+        zero, so the wrapped model scores exactly as before until it is trained; A is drawn from
+        `seed`, so a run is reproducible."""
+        config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(LORA_TARGETS))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.lm = get_peft_model(self.lm, config)
+        self._fingerprint = None  # the parameter set changed; version sums alone could collide
+
     def save_pretrained(self, directory: str | Path, store_base: bool = False) -> Path:
-        """Write `gistrank.json` + `gist.safetensors` (+ `base/` when `store_base`, e.g. after full
-        fine-tuning). Without `store_base` the checkpoint refers to the base by `base_ref`; the
-        fingerprint still covers the base weights, so a different base behind that reference is caught."""
+        """Write `gistrank.json` + `gist.safetensors` (+ `adapter/` when LoRA-trained, + `base/` when
+        `store_base`, e.g. after full fine-tuning). Without `store_base` the checkpoint refers to the
+        base by `base_ref`; the fingerprint still covers the base weights, so a different base behind
+        that reference is caught."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {name: t.detach().contiguous().cpu() for name, t in self._gist_state().items()}
         save_file(state, directory / GIST_WEIGHTS_FILE, metadata={"fingerprint": self.fingerprint})
+        if self.has_lora:
+            self.lm.save_pretrained(directory / ADAPTER_DIR)
         if store_base:
-            self.lm.save_pretrained(directory / "base")
+            self._base_lm().save_pretrained(directory / "base", state_dict=self._base_state())
             self.tokenizer.save_pretrained(directory / "base")
         meta = {
             "format": CHECKPOINT_FORMAT,
@@ -163,6 +195,16 @@ class GistReranker(nn.Module):
         }
         (directory / CHECKPOINT_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return directory
+
+    def _base_lm(self) -> nn.Module:
+        return self.lm.get_base_model() if self.has_lora else self.lm
+
+    def _base_state(self) -> dict[str, torch.Tensor]:
+        """The body's own weights, without adapters, under the names the base model loads."""
+        state = self._base_lm().state_dict()
+        if not self.has_lora:
+            return state
+        return {name.replace(".base_layer", ""): t for name, t in state.items() if ".lora_" not in name}
 
     def _gist_state(self) -> dict[str, torch.Tensor]:
         return {
@@ -257,13 +299,13 @@ class GistReranker(nn.Module):
         total = int(seq_lens.max())
         embeds = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # (N, S, D); pad never attended
         positions = torch.arange(total, device=self.device).expand(len(rows), -1)
-        k = self.gist.num_gist
+        k, t = self.gist.num_gist, self.gist.keep_item_prefix
         if item_lens is None:
             mask = layout.additive(layout.full_mask(seq_lens, total), self.dtype)
         else:
-            mask = layout.additive(layout.training_mask(item_lens, k, seq_lens, total), self.dtype)
+            mask = layout.additive(layout.training_mask(item_lens, k, seq_lens, total, t), self.dtype)
             if item_visibility > 0:
-                leak = layout.cut_block(item_lens, k, total) & layout.full_mask(seq_lens, total)
+                leak = layout.cut_block(item_lens, k, total, t) & layout.full_mask(seq_lens, total)
                 mask = layout.with_item_visibility(mask, leak, item_visibility)
         hidden = self._decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask)
         return hidden.last_hidden_state, seq_lens
@@ -300,14 +342,18 @@ class GistReranker(nn.Module):
     ) -> torch.Tensor:
         """ICAE-style objective: after the gists, regenerate the item's first `num_tokens` tokens (title
         and key attributes, rendered first) from the gists alone → mean token cross-entropy (nats).
+        With a hybrid prefix of t raw tokens the target starts after it: what the prefix shows verbatim
+        teaches the gists nothing.
 
         Layout per row: item + gists + AE prompt + target, under the same gist mask as scoring, so the
         target can reach the item only through the gists. The prompt keeps the first target token from
         being predicted by a gist position (gists read the item directly)."""
         prompt = self._embed(self.tokenizer(AE_PROMPT, add_special_tokens=False)["input_ids"])  # (P, D)
         item_ids, _ = self._item_ids(items)
-        has_bos = self.tokenizer.bos_token_id is not None
-        targets = [ids[int(has_bos) :][:num_tokens] for ids in item_ids]
+        start = max(int(self.tokenizer.bos_token_id is not None), self.gist.keep_item_prefix)
+        targets = [ids[start : start + num_tokens] for ids in item_ids]
+        if not all(targets):
+            raise EmptyInputError(f"an item has no token after the first {start} to regenerate")
         rows = [
             torch.cat([self._embed(ids), self.gist_embeddings, prompt, self._embed(t)])
             for ids, t in zip(item_ids, targets, strict=True)
@@ -323,9 +369,9 @@ class GistReranker(nn.Module):
             losses.append(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
         return torch.stack(losses).sum() / sum(len(t) for t in targets)
 
-    def _last_kv(self, rows: list[torch.Tensor], n: int) -> torch.Tensor:
-        """Run left-padded rows of embeddings causally; K/V of each row's last n positions →
-        (B, L, 2, H_kv, n, h). Left padding puts those n slots at the same place in every row."""
+    def _causal_kv(self, rows: list[torch.Tensor], slots: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Run rows of embeddings causally, left-padded; per row, the K/V at `slots` (positions counted
+        from the row's first real token) → [(L, 2, H_kv, len(slots[i]), h)]."""
         seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
         total = int(seq_lens.max())
         embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
@@ -336,81 +382,108 @@ class GistReranker(nn.Module):
             attention_mask=layout.additive(allowed, self.dtype),
             use_cache=True,
         )
-        # every layer's K/V: (B, H_kv, S, h)
-        kv = torch.stack(
-            [torch.stack([lay.keys[:, :, -n:], lay.values[:, :, -n:]]) for lay in result.cache.layers]
-        )
-        return kv.permute(2, 0, 1, 3, 4, 5)  # (B, L, 2, H_kv, n, h)
+        pads = (total - seq_lens).tolist()
+        layers = result.cache.layers  # each: keys / values (B, H_kv, S, h)
+        out = []
+        for i, (idx, pad) in enumerate(zip(slots, pads, strict=True)):
+            at = idx + pad
+            out.append(torch.stack([torch.stack([c.keys[i, :, at], c.values[i, :, at]]) for c in layers]))
+        return out
 
     @torch.inference_mode()
     def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
-        """Compress items into per-layer gist K/V, `batch_size` items per forward (sorted by length so
-        a batch pads little)."""
+        """Compress items into per-layer K/V of their first p = min(t, j) tokens (hybrid prefix; none
+        when t = 0) and the k gists, `batch_size` items per forward (sorted by length so a batch pads
+        little)."""
         item_ids, truncated = self._item_ids(items)
         ITEMS_TRUNCATED.inc(sum(truncated))
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
         out: list[GistKV | None] = [None] * len(item_ids)
-        k = self.gist.num_gist
+        t = self.gist.keep_item_prefix
         fingerprint = self.fingerprint
         batches = range(0, len(order), batch_size)
         for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
             idx = order[start : start + batch_size]
             rows = [torch.cat([self._embed(item_ids[i]), self.gist_embeddings]) for i in idx]
-            kv = self._last_kv(rows, k)
-            for row, i in enumerate(idx):
-                out[i] = GistKV(
-                    kv[row].clone(), fingerprint, item_tokens=len(item_ids[i]), truncated=truncated[i]
-                )
+            slots = [self._stored_slots(len(item_ids[i])) for i in idx]
+            for i, kv in zip(idx, self._causal_kv(rows, slots), strict=True):
+                j = len(item_ids[i])
+                out[i] = GistKV(kv, fingerprint, j, truncated[i], prefix_tokens=min(t, j))
         return out  # type: ignore[return-value]
+
+    def _stored_slots(self, j: int) -> torch.Tensor:
+        """Positions an item of j tokens keeps: its first min(t, j) tokens, then the gists j … j+k-1."""
+        p = min(self.gist.keep_item_prefix, j)
+        return torch.cat([torch.arange(p), torch.arange(j, j + self.gist.num_gist)]).to(self.device)
 
     @torch.inference_mode()
     def compress_prefix(self, items: Sequence[str], batch_size: int = 16) -> list[GistKV]:
-        """Baseline at the same budget: the K/V of each item's first k tokens in place of the gists —
-        plain prefix caching cut to k positions. Stored like gists (item_tokens = 0: the K/V sits at
-        positions 0…k-1 and the query follows at k), so `score` serves it unchanged."""
+        """Baseline at the same budget: the K/V of each item's first t + k tokens in place of the
+        hybrid prefix + gists — plain prefix caching cut to t + k positions. Stored like a hybrid
+        entry whose "gists" are item tokens t … t+k-1 (item_tokens = t, so the query follows at t + k)
+        and `score` serves it unchanged."""
         item_ids, _ = self._item_ids(items)
-        k = self.gist.num_gist
-        short = [i for i, ids in enumerate(item_ids) if len(ids) < k]
+        t, n = self.gist.keep_item_prefix, self.gist.keep_item_prefix + self.gist.num_gist
+        short = [i for i, ids in enumerate(item_ids) if len(ids) < n]
         if short:
-            raise EmptyInputError(f"items {short} have fewer than k={k} tokens: no prefix of that budget")
+            raise EmptyInputError(f"items {short} have fewer than t + k = {n} tokens: no prefix that long")
         out: list[GistKV] = []
         for start in range(0, len(item_ids), batch_size):
-            kv = self._last_kv([self._embed(ids[:k]) for ids in item_ids[start : start + batch_size]], k)
-            out += [GistKV(row.clone(), self.fingerprint, item_tokens=0) for row in kv]
+            rows = [self._embed(ids[:n]) for ids in item_ids[start : start + batch_size]]
+            kvs = self._causal_kv(rows, [torch.arange(n, device=self.device)] * len(rows))
+            out += [GistKV(kv, self.fingerprint, item_tokens=t, prefix_tokens=t) for kv in kvs]
         return out
 
     def check_kv(self, kvs: Sequence[GistKV]) -> None:
         """Refuse K/V that this model did not produce or that does not fit its shape, dtype or limits."""
         if not kvs:
             raise EmptyInputError("no candidates given")
-        expected = (self.num_layers, 2, self.num_kv_heads, self.gist.num_gist, self.head_dim)
+        k, t = self.gist.num_gist, self.gist.keep_item_prefix
         fingerprint = self.fingerprint
         for i, x in enumerate(kvs):
             if x.fingerprint != fingerprint:
                 raise FingerprintMismatchError(fingerprint, x.fingerprint, index=i)
-            if tuple(x.kv.shape) != expected:
-                raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
-            if x.kv.dtype != self.dtype:
-                raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.dtype}")
             if not 0 <= x.item_tokens <= self.gist.max_item_tokens:
                 raise KVFormatError(
                     f"candidate {i}: item_tokens={x.item_tokens} outside 0..{self.gist.max_item_tokens}"
                 )
+            if x.prefix_tokens != min(t, x.item_tokens):
+                raise KVFormatError(
+                    f"candidate {i}: prefix_tokens={x.prefix_tokens}, expected min(t={t}, j={x.item_tokens})"
+                )
+            expected = (self.num_layers, 2, self.num_kv_heads, x.prefix_tokens + k, self.head_dim)
+            if tuple(x.kv.shape) != expected:
+                raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
+            if x.kv.dtype != self.dtype:
+                raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.dtype}")
 
     @torch.inference_mode()
     def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor:
         """Online path: ONE forward of the query (+ score token) for all N candidates against their
-        injected gist K/V → (N,) float32 logits. No item token and no placeholder is in the sequence."""
+        injected K/V → (N,) float32 logits. No item token and no placeholder is in the sequence."""
         self.check_kv(kvs)
         n, k = len(kvs), self.gist.num_gist
         q = torch.cat([self._embed(self.query_ids(query)), self.score_embedding])  # (ℓ, D)
         embeds = q[None].expand(n, -1, -1)  # (N, ℓ, D)
-        stacked = torch.stack([x.kv for x in kvs]).to(self.device)  # (N, L, 2, H_kv, k, h)
+        prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,)
+        slots = int(prefix_lens.max())
+        stacked = torch.stack([_pad_prefix(x, slots) for x in kvs]).to(self.device)  # (N, L, 2, H_kv, P+k, h)
         cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
         gist_start = torch.tensor([x.gist_start for x in kvs], device=self.device)  # (N,)
         positions = layout.online_positions(gist_start, k, q.shape[0])  # (N, ℓ)
-        mask = layout.additive(layout.online_mask(n, k, q.shape[0], self.device), self.dtype)
+        mask = layout.additive(layout.online_mask(prefix_lens, slots, k, q.shape[0]), self.dtype)
         result = self._decoder()(
             inputs_embeds=embeds, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
         )
         return self.head(result.last_hidden_state[:, -1]).squeeze(-1).float()
+
+
+def _pad_prefix(x: GistKV, slots: int) -> torch.Tensor:
+    """(L, 2, H_kv, p + k, h) → (L, 2, H_kv, slots + k, h): pad columns after the prefix, which the
+    online mask hides, so rows with shorter prefixes (items shorter than t) share one batch."""
+    missing = slots - x.prefix_tokens
+    if missing == 0:
+        return x.kv
+    prefix, gists = x.kv[..., : x.prefix_tokens, :], x.kv[..., x.prefix_tokens :, :]
+    pad = prefix.new_zeros(*prefix.shape[:-2], missing, prefix.shape[-1])
+    return torch.cat([prefix, pad, gists], dim=-2)

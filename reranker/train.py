@@ -8,8 +8,10 @@ inference layout) with any mix of:
     autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets)
     mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
     length curriculum  items capped short first, the cap grown to max_item_tokens
-    warm start    `init` = a trained teacher checkpoint (same base, same GistConfig)
+    warm start    `init` = a trained teacher checkpoint (same base; its gists are not reused)
     train_body    False trains only gists, score token and head (the checkpoint stays a few KB)
+    lora_rank     > 0 trains LoRA adapters on the body instead of every weight (peft; the checkpoint
+                  holds adapters, not a copy of the base)
 
 Progress bar, JSONL learning curve, periodic checkpoints and resume (`--resume`): long runs survive.
 """
@@ -49,6 +51,8 @@ class TrainConfig(BaseModel):
     lr_body: float = 5e-5
     lr_gist: float = 5e-4
     train_body: bool = True
+    lora_rank: int = Field(0, ge=0, description="0: full fine-tuning of the body (when train_body)")
+    lora_alpha: float = 16.0
     listwise: float = 1.0
     pointwise: float = 0.0
     distill: float = 0.0
@@ -95,7 +99,9 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: floa
 class Trainer:
     def __init__(self, cfg: TrainConfig, data: RelevanceSet, out: Path, device: str | None = None) -> None:
         self.cfg, self.data, self.out = cfg, data, Path(out)
-        self.model = GistReranker.from_pretrained(cfg.init or cfg.base, cfg.gist, device=device)
+        self.model = self._initial_model(cfg, device)
+        if cfg.train_body and cfg.lora_rank and not self.model.has_lora:
+            self.model.add_lora(cfg.lora_rank, cfg.lora_alpha, seed=cfg.seed)
         self.teacher = None
         if cfg.distill > 0:
             if cfg.teacher is None:
@@ -113,10 +119,24 @@ class Trainer:
         self.step = 0
         self._token_ids: dict[str, list[int]] = {}
 
+    @staticmethod
+    def _initial_model(cfg: TrainConfig, device: str | None) -> GistReranker:
+        """`init` (a checkpoint) or `base`. A warm start takes the init's body, score token and head;
+        its gist config may differ (a teacher trains no gists), so the gists start fresh."""
+        if cfg.init is None:
+            return GistReranker.from_pretrained(cfg.base, cfg.gist, device=device)
+        model = GistReranker.from_pretrained(cfg.init, device=device)
+        return model if model.gist == cfg.gist else model.with_gist_config(cfg.gist)
+
     def _param_groups(self) -> list[dict]:
         m = self.model
         gist_params = [m.gist_embeddings, m.score_embedding, *m.head.parameters()]
-        body = list(m.lm.parameters()) if self.cfg.train_body else []
+        if not self.cfg.train_body:
+            body = []
+        elif m.has_lora:
+            body = [p for name, p in m.lm.named_parameters() if ".lora_" in name]
+        else:
+            body = list(m.lm.parameters())
         trainable = {id(p) for p in gist_params + body}
         for p in m.parameters():
             p.requires_grad_(id(p) in trainable)
@@ -221,7 +241,8 @@ class Trainer:
         # the body must travel with the checkpoint once it differs from the referenced base: trained
         # here, or inherited from a checkpoint that stored its own (a warm start from the teacher)
         inherited = self.cfg.init is not None and (Path(self.cfg.init) / "base").is_dir()
-        self.model.save_pretrained(ckpt, store_base=self.cfg.train_body or inherited)
+        full_fine_tune = self.cfg.train_body and not self.model.has_lora
+        self.model.save_pretrained(ckpt, store_base=full_fine_tune or inherited)
         moments = {
             f"{index}.{key}": value.detach().cpu().contiguous()
             for index, entry in self.optimizer.state_dict()["state"].items()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import ITEMS, QUERY
 
-from reranker import EmptyInputError, GistConfig, GistReranker
+from reranker import EmptyInputError, GistConfig, GistReranker, layout
 
 
 def assert_scores_equal(online: torch.Tensor, reference: torch.Tensor) -> None:
@@ -83,5 +83,88 @@ def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> No
 
 
 def test_prefix_baseline_needs_k_tokens(tiny_model: GistReranker) -> None:
-    with pytest.raises(EmptyInputError, match=r"items \[1\] have fewer than k=4 tokens"):
+    with pytest.raises(EmptyInputError, match=r"items \[1\] have fewer than t \+ k = 4 tokens"):
         tiny_model.compress_prefix(ITEMS)
+
+
+# ------------------------------------------------------------------ hybrid: keep_item_prefix = t > 0
+def hybrid(base: Path, t: int, k: int = 4, max_item_tokens: int = 1024) -> GistReranker:
+    gist = GistConfig(num_gist=k, keep_item_prefix=t, max_item_tokens=max_item_tokens, dtype="float32")
+    return GistReranker.from_pretrained(base, gist, device="cpu")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("t", [3, 12])
+def test_hybrid_online_score_equals_masked_forward(tiny_bases: dict[str, Path], arch: str, t: int) -> None:
+    model = hybrid(tiny_bases[arch], t)
+    kvs = model.compress(ITEMS, batch_size=3)
+    lengths = [kv.item_tokens for kv in kvs]
+    assert [kv.prefix_tokens for kv in kvs] == [min(t, j) for j in lengths]
+    if t == 12:
+        assert min(lengths) < t, "the batch must hold an item shorter than t (padded prefix slots)"
+    assert all(kv.kv.shape[3] == kv.prefix_tokens + 4 for kv in kvs)
+    assert_scores_equal(model.score(QUERY, kvs), model.score_masked(QUERY, ITEMS))
+
+
+def test_hybrid_equivalence_holds_for_truncated_items(tiny_base: Path) -> None:
+    model = hybrid(tiny_base, t=8, max_item_tokens=24)
+    kvs = model.compress(ITEMS)
+    assert [kv.truncated for kv in kvs] == [True, False, True, True]
+    assert_scores_equal(model.score(QUERY, kvs), model.score_masked(QUERY, ITEMS))
+
+
+def test_hybrid_prefix_is_the_items_own_first_tokens(tiny_base: Path) -> None:
+    """The stored prefix columns are the K/V of a plain causal forward of the item's first t tokens."""
+    t = 6
+    model = hybrid(tiny_base, t)
+    kvs = model.compress(ITEMS[:1])
+    plain = model.compress_prefix(ITEMS[:1])  # first t + k tokens, plain causal
+    torch.testing.assert_close(kvs[0].kv[..., :t, :], plain[0].kv[..., :t, :], rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(kvs[0].kv[..., t:, :], plain[0].kv[..., t:, :], atol=1e-3)
+
+
+def test_hybrid_query_reads_the_prefix_but_not_the_rest(tiny_base: Path) -> None:
+    """With t > 0 the training mask keeps item columns 0 … t-1 for the query rows, and cuts t … j-1."""
+    model = hybrid(tiny_base, t=5)
+    item_lens, seq_lens = torch.tensor([9]), torch.tensor([9 + 4 + 3])
+    allowed = layout.training_mask(item_lens, 4, seq_lens, 16, keep=5)[0]
+    query_rows = allowed[13:]
+    assert query_rows[:, :5].all() and not query_rows[:, 5:9].any() and query_rows[:, 9:13].all()
+    pure = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    assert not torch.allclose(model.score_masked(QUERY, ITEMS), pure.score_masked(QUERY, ITEMS), rtol=1e-3)
+
+
+def test_hybrid_pad_slots_must_stay_masked(tiny_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows whose item is shorter than t carry pad slots in the online batch; letting the query see them
+    (a mask that ignores each row's prefix length) breaks equivalence for those rows."""
+    model = hybrid(tiny_base, t=12)
+    kvs = model.compress(ITEMS)
+    reference = model.score_masked(QUERY, ITEMS)
+    assert_scores_equal(model.score(QUERY, kvs), reference)
+    real_mask = layout.online_mask
+    monkeypatch.setattr(
+        layout, "online_mask", lambda lens, slots, k, q: real_mask(torch.full_like(lens, slots), slots, k, q)
+    )
+    wrong = model.score(QUERY, kvs)
+    short = [i for i, kv in enumerate(kvs) if kv.prefix_tokens < 12]
+    assert short
+    assert float((wrong[short] - reference[short]).abs().max()) > 1e-3 * float(reference.abs().max())
+
+
+def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
+    """At t + k stored positions the baseline is a plain causal forward of the first t + k tokens + query."""
+    model = hybrid(tiny_base, t=6)
+    items = [item for item in ITEMS if item != "kettle"]
+    kvs = model.compress_prefix(items)
+    assert all(kv.prefix_tokens == 6 and kv.item_tokens == 6 and kv.num_gist == 4 for kv in kvs)
+    item_ids, _ = model._item_ids(items)
+    q = model._query_tail(QUERY)
+    rows = [torch.cat([model._embed(ids[:10]), q]) for ids in item_ids]
+    with torch.no_grad():
+        reference = model._score_last(*model._forward_rows(rows, None))
+    assert_scores_equal(model.score(QUERY, kvs), reference)
+
+
+def test_keep_item_prefix_must_leave_room_for_the_item() -> None:
+    with pytest.raises(ValueError, match="keep_item_prefix=64 must be below max_item_tokens=64"):
+        GistConfig(keep_item_prefix=64, max_item_tokens=64)

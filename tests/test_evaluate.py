@@ -36,19 +36,25 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         progress=False
     )
     students = []
-    for k in (2, 4):
+    for t, k in ((0, 2), (0, 4), (3, 2)):  # a k sweep and a hybrid (t raw prefix tokens + k gists)
         cfg = TrainConfig(
-            role="student", train_body=False, **(common | {"gist": gist.model_copy(update={"num_gist": k})})
+            role="student",
+            train_body=False,
+            **(common | {"gist": gist.model_copy(update={"num_gist": k, "keep_item_prefix": t})}),
         )
-        Trainer(cfg, data, tmp_path / f"student{k}", device="cpu").fit(progress=False)
-        students.append(tmp_path / f"student{k}" / "checkpoint")
+        Trainer(cfg, data, tmp_path / f"student{t}-{k}", device="cpu").fit(progress=False)
+        students.append(tmp_path / f"student{t}-{k}" / "checkpoint")
     out = tmp_path / "eval"
-    result = evaluate(data, tmp_path / "teacher" / "checkpoint", students, out, device="cpu")
+    teacher = tmp_path / "teacher" / "checkpoint"
+    result = evaluate(data, teacher, students, out, device="cpu", prefix_ks=(1,))
 
-    systems = {"teacher", "bm25", "no item"} | {
-        f"{s} k={k}" for s in ("gist", "untrained gists", "prefix") for k in (2, 4)
-    }
+    trained = {f"{s} k={k}" for s in ("gist", "untrained gists") for k in (2, 4)}
+    hybrid = {"gist t=3 k=2", "untrained gists t=3 k=2"}
+    prefix = {f"prefix {n}" for n in (1, 2, 4, 3 + 1, 3 + 2)}  # t + k' for k' in (1, own k)
+    systems = {"teacher", "bm25", "no item"} | trained | hybrid | prefix
     assert set(result["summary"]) == systems
+    assert result["systems"]["gist t=3 k=2"] == {"family": "gist t=3", "positions": 5}
+    assert result["systems"]["prefix 5"] == {"family": "prefix", "positions": 5}
     assert len(result["records"]) == len(systems) * 2  # two test queries
     teacher = result["summary"]["teacher"]["all"]
     assert teacher["recall@1"] == teacher["recall@5"] == 1.0  # the reference agrees with itself

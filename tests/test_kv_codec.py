@@ -21,6 +21,7 @@ from safetensors.torch import load, save
 
 from reranker import FingerprintMismatchError, GistConfig, GistKV, GistReranker
 from reranker.kv_codec import (
+    FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
     BlobMetadataError,
@@ -49,7 +50,7 @@ def blob(kvs: list[GistKV]) -> bytes:
     return encode(kvs[0], CONTENT_HASH, "float16")
 
 
-def frame(payload: bytes, version: int = 1) -> bytes:
+def frame(payload: bytes, version: int = FORMAT_VERSION) -> bytes:
     """A frame with a valid digest around any payload, per the documented layout."""
     prefix = MAGIC + struct.pack("<HQ", version, len(payload))
     return prefix + hashlib.blake2b(prefix + payload, digest_size=16).digest() + payload
@@ -132,6 +133,23 @@ def test_metadata_round_trips(kvs: list[GistKV], tiny_model: GistReranker) -> No
         )
         assert got.num_gist == tiny_model.gist.num_gist == 4
         assert tuple(got.kv.shape) == tuple(kv.kv.shape)
+
+
+@pytest.mark.parametrize("storage", [*FLOATS, "int8"])
+def test_hybrid_prefix_round_trips(tiny_base: Path, storage: str) -> None:
+    """Hybrid entries (p prefix columns + k gists, p < t for short items) keep their layout."""
+    model = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=4, keep_item_prefix=12, dtype="float32"), device="cpu"
+    )
+    kvs = model.compress(ITEMS)
+    assert len({kv.prefix_tokens for kv in kvs}) > 1
+    decoded = [decode(encode(kv, CONTENT_HASH, storage), model.fingerprint).kv for kv in kvs]
+    assert [d.prefix_tokens for d in decoded] == [kv.prefix_tokens for kv in kvs]
+    assert all(d.num_gist == 4 for d in decoded)
+    tolerance = 0.05 if storage in ("int8", "bfloat16") else 1e-3
+    torch.testing.assert_close(
+        model.score(QUERY, decoded), model.score(QUERY, kvs), rtol=tolerance, atol=tolerance
+    )
 
 
 def test_scores_from_decoded_kv_equal_the_originals(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
@@ -226,8 +244,8 @@ def test_foreign_magic_is_corruption(blob: bytes) -> None:
 
 def test_other_version_is_refused(blob: bytes) -> None:
     with pytest.raises(UnsupportedVersionError) as info:
-        decode(frame(blob[HEADER_SIZE:], version=2))
-    assert info.value.version == 2
+        decode(frame(blob[HEADER_SIZE:], version=FORMAT_VERSION + 1))
+    assert info.value.version == FORMAT_VERSION + 1
 
 
 def test_foreign_fingerprint_is_refused(tiny_base: Path, tiny_model: GistReranker) -> None:
@@ -256,7 +274,9 @@ def _tampered(
     "change",
     [
         {"format": "other"},
-        {"version": "2"},
+        {"version": "1"},
+        {"prefix_tokens": "1"},  # shape no longer matches p + k
+        {"prefix_tokens": None},
         {"fingerprint": ""},
         {"content_hash": None},
         {"extra": "1"},

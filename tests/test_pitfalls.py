@@ -17,7 +17,7 @@ def clearly_differ(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_gist_mask_matters(tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch) -> None:
     masked = tiny_model.score_masked(QUERY, ITEMS)
     monkeypatch.setattr(
-        layout, "training_mask", lambda _items, _k, lens, total: layout.full_mask(lens, total)
+        layout, "training_mask", lambda _items, _k, lens, total, *_: layout.full_mask(lens, total)
     )
     unmasked = tiny_model.score_masked(QUERY, ITEMS)
     assert clearly_differ(unmasked, masked)

@@ -105,3 +105,63 @@ def test_listwise_loss_prefers_the_labelled_order() -> None:
     good = listwise_loss(torch.tensor([3.0, -3.0, 1.0]), labels)
     bad = listwise_loss(torch.tensor([-3.0, 3.0, 1.0]), labels)
     assert float(good) < float(bad)
+
+
+def test_add_lora_starts_as_the_identity(tiny_base: Path) -> None:
+    model = GistReranker.from_pretrained(tiny_base, GIST, device="cpu")
+    texts = ["Acme phone 256GB blue", "steel kettle 1.7 L"]
+    before = model.score_masked("phone 256GB", texts)
+    model.add_lora(rank=4, alpha=8)
+    assert model.has_lora
+    torch.testing.assert_close(model.score_masked("phone 256GB", texts), before)
+
+
+def test_lora_hybrid_student_warm_started_from_a_lora_teacher(
+    tiny_base: Path, data: RelevanceSet, tmp_path: Path
+) -> None:
+    """Teacher and student train adapters only: the base stays untouched and is not copied, the
+    student's hybrid gist config differs from the teacher's, and the reloaded student is exact."""
+    teacher_out, student_out = tmp_path / "teacher", tmp_path / "student"
+    Trainer(config(tiny_base, role="teacher", steps=5, lora_rank=4), data, teacher_out, device="cpu").fit(
+        progress=False
+    )
+    assert (teacher_out / "checkpoint" / "adapter").is_dir()
+    assert not (teacher_out / "checkpoint" / "base").exists()
+    hybrid = GistConfig(num_gist=2, keep_item_prefix=6, max_item_tokens=48, dtype="float32")
+    teacher = str(teacher_out / "checkpoint")
+    cfg = config(tiny_base, gist=hybrid, init=teacher, teacher=teacher, distill=1.0, lora_rank=4)
+    trainer = Trainer(cfg, data, student_out, device="cpu")
+    curve = trainer.fit(progress=False)
+    start, end = first_and_last(curve)
+    assert end < start
+    ckpt = student_out / "checkpoint"
+    assert (ckpt / "adapter").is_dir() and not (ckpt / "base").exists()
+    size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    assert size < 0.5 * sum(f.stat().st_size for f in tiny_base.rglob("*.safetensors"))
+
+    original = GistReranker.from_pretrained(tiny_base, hybrid, device="cpu")
+    base_weights = original.lm.state_dict()
+    trained = trainer.model._base_state()
+    assert set(trained) == set(base_weights)
+    assert all(torch.equal(trained[name], base_weights[name]) for name in base_weights)
+
+    student = GistReranker.from_pretrained(ckpt, device="cpu")
+    assert student.has_lora and student.gist == hybrid
+    assert student.fingerprint == trainer.model.fingerprint
+    texts = [item.text for item in data.items.values()]
+    reference = student.score_masked("phone 256GB", texts)
+    torch.testing.assert_close(reference, trainer.model.score_masked("phone 256GB", texts))
+    torch.testing.assert_close(
+        student.score("phone 256GB", student.compress(texts)), reference, rtol=1e-4, atol=1e-5
+    )
+
+
+def test_lora_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
+    cfg = config(tiny_base, steps=4, checkpoint_every=2, lora_rank=4)
+    straight = Trainer(cfg, data, tmp_path / "straight", device="cpu")
+    straight.fit(progress=False)
+    Trainer(cfg.model_copy(update={"steps": 2}), data, tmp_path / "resumed", device="cpu").fit(progress=False)
+    resumed = Trainer.resume(tmp_path / "resumed", data, device="cpu")
+    resumed.cfg = cfg
+    resumed.fit(progress=False)
+    assert resumed.model.fingerprint == straight.model.fingerprint
