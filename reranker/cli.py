@@ -166,6 +166,24 @@ def train(
     typer.echo(f"{len(curve)} steps, last loss {curve[-1]['loss']:.4f}; checkpoint: {out / 'checkpoint'}")
 
 
+@app.command()
+def curves(
+    runs: Annotated[list[str], typer.Argument(help="LABEL=RUN_DIR for each training run")],
+    out: Annotated[Path, typer.Option(help="PNG to write")] = Path("runs/curves.png"),
+    smooth: Annotated[int, typer.Option(help="running-mean window in steps")] = 5,
+) -> None:
+    """Learning curves of several training runs side by side (loss, batch acc@1, score spread)."""
+    from reranker.train import plot_curves
+
+    pairs = [run.split("=", 1) for run in runs]
+    if any(len(p) != 2 or not p[0] for p in pairs):
+        raise typer.BadParameter("each run is LABEL=RUN_DIR")
+    for label, run in pairs:
+        if not (Path(run) / "curve.jsonl").is_file():
+            raise typer.BadParameter(f"{label}: {run}/curve.jsonl does not exist")
+    typer.echo(plot_curves({label: Path(run) for label, run in pairs}, out, smooth))
+
+
 @app.command(name="eval")
 def evaluate(
     teacher: Annotated[Path, typer.Option(help="teacher checkpoint (the reference ranking)")],

@@ -13,7 +13,9 @@ inference layout) with any mix of:
     lora_rank     > 0 trains LoRA adapters on the body instead of every weight (peft; the checkpoint
                   holds adapters, not a copy of the base)
 
-Progress bar, JSONL learning curve, periodic checkpoints and resume (`--resume`): long runs survive.
+Progress bar, JSONL learning curve (losses, and the batch's acc@1 and within-query score spread: a
+student that has not started keeps a spread near 0), periodic checkpoints and resume (`--resume`).
+`plot_curves` draws several runs side by side (`gistrank curves`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tqdm.auto import tqdm
 
 from reranker.base_models import DEFAULT_BASE
 from reranker.config import GistConfig
+from reranker.metrics import accuracy_at_1
 from reranker.model import GistReranker
 from reranker.relevance_data import RelevanceSet
 
@@ -173,6 +176,7 @@ class Trainer:
         cap = item_token_cap(cfg, self.step)
         parts: dict[str, torch.Tensor] = {}
         items_seen: list[str] = []
+        hits, spread = 0.0, 0.0
         for query in self.rng.sample(self.queries, min(cfg.queries_per_step, len(self.queries))):
             cands = self._sample(query.query_id)
             texts = [self._capped_text(item_id, cap) for item_id, _ in cands]
@@ -182,6 +186,9 @@ class Trainer:
                 scores = model.score_full(query.text, texts)
             else:
                 scores = model.score_masked(query.text, texts, item_visibility=vis)
+            # free signs of life: does the top score land on the best label, do scores differ at all
+            hits += accuracy_at_1(scores.tolist(), labels.tolist())
+            spread += float(scores.detach().std())
             if cfg.listwise:
                 _add(parts, "listwise", cfg.listwise * listwise_loss(scores, labels))
             if cfg.pointwise:
@@ -212,6 +219,8 @@ class Trainer:
             "loss": float(loss.detach()),
             "item_visibility": vis,
             "item_cap": cap,
+            "batch_acc@1": hits / n_queries,
+            "score_spread": spread / n_queries,
         } | record
 
     def fit(self, progress: bool = True) -> list[dict[str, float]]:
@@ -271,3 +280,34 @@ class Trainer:
 
 def _add(parts: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
     parts[name] = parts[name] + value if name in parts else value
+
+
+def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5) -> Path:
+    """Learning curves of several runs (label → run folder) in one PNG: total loss, batch acc@1 and
+    within-query score spread per step, each a running mean over `smooth` steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ("loss", "batch_acc@1", "score_spread")
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4))
+    for label, run in runs.items():
+        curve = [json.loads(line) for line in (Path(run) / "curve.jsonl").read_text().splitlines()]
+        for ax, key in zip(axes, keys, strict=True):
+            points = [(r["step"], r[key]) for r in curve if key in r]
+            if not points:
+                continue
+            steps, values = zip(*points, strict=True)
+            window = [values[max(0, i - smooth + 1) : i + 1] for i in range(len(values))]
+            ax.plot(steps, [sum(w) / len(w) for w in window], label=label)
+    for ax, key in zip(axes, keys, strict=True):
+        ax.set_xlabel("step")
+        ax.set_title(f"{key} (running mean of {smooth})")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -47,16 +47,25 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     cfg.write_text(json.dumps(fields))
     for role in ("teacher", "student"):
         args = ["train", "--out", str(tmp_path / role), "--role", role, "--base", str(tiny_base)]
-        args += ["--num-gist", "2", "--dtype", "float32", "--config", str(cfg), *common]
-        result = runner.invoke(app, args)
+        args += ["--num-gist", "2", "--keep-item-prefix", "3", "--dtype", "float32", "--config", str(cfg)]
+        result = runner.invoke(app, [*args, *common])
         assert result.exit_code == 0, result.output
         assert "2 steps" in result.output
-    args = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint")]
+    args = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--prefix-k", "1"]
     args += ["--student", str(tmp_path / "student" / "checkpoint"), "--out", str(tmp_path / "eval"), *common]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "| gist k=2 |" in result.output
+    assert "| gist t=3 k=2 |" in result.output and "| prefix 4 |" in result.output
     assert (tmp_path / "eval" / "results.json").is_file()
+
+    png = tmp_path / "curves.png"
+    runs = [f"teacher={tmp_path / 'teacher'}", f"student={tmp_path / 'student'}"]
+    result = runner.invoke(app, ["curves", *runs, "--out", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.is_file()
+    result = runner.invoke(app, ["curves", f"missing={tmp_path / 'nowhere'}"])
+    unboxed = "".join(c for c in result.output if c not in "│ \n")  # rich wraps the message in a box
+    assert result.exit_code != 0 and "curve.jsonldoesnotexist" in unboxed
 
 
 @pytest.mark.kafka

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,14 @@ from tiny import tiny_relevance_set
 
 from reranker import GistConfig, GistReranker
 from reranker.relevance_data import RelevanceSet
-from reranker.train import TrainConfig, Trainer, item_token_cap, item_visibility, listwise_loss
+from reranker.train import (
+    TrainConfig,
+    Trainer,
+    item_token_cap,
+    item_visibility,
+    listwise_loss,
+    plot_curves,
+)
 
 GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
 
@@ -165,3 +173,15 @@ def test_lora_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_
     resumed.cfg = cfg
     resumed.fit(progress=False)
     assert resumed.model.fingerprint == straight.model.fingerprint
+
+
+def test_curves_log_signs_of_life_and_plot(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
+    runs = {}
+    for name, extra in (("frozen", {"train_body": False}), ("full", {})):
+        Trainer(config(tiny_base, steps=3, **extra), data, tmp_path / name, device="cpu").fit(progress=False)
+        runs[name] = tmp_path / name
+    curve = [json.loads(line) for line in (tmp_path / "full" / "curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in curve] == [1, 2, 3]
+    assert all(r["batch_acc@1"] in (0.0, 0.5, 1.0) and r["score_spread"] > 0 for r in curve)
+    png = plot_curves(runs, tmp_path / "plots" / "curves.png", smooth=2)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

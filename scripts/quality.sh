@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The quality run behind reports/quality.md: teacher, hybrid and pure gist students, evaluation.
+# CPU sized (SmolLM2-135M, fp32, items capped at 256 tokens, 60 product families); on CUDA the same
+# commands run unchanged and much faster. Resume an interrupted stage with `gistrank train --out DIR --resume`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-runs/quality}
+DATA=(--products 60 --max-item-tokens 256 --seed 0)
+CFG=reports/quality
+
+gistrank train --out "$RUNS/teacher" --role teacher "${DATA[@]}" --config "$CFG/teacher.json"
+gistrank train --out "$RUNS/hybrid-t32-k8" --num-gist 8 --keep-item-prefix 32 "${DATA[@]}" --config "$CFG/student.json"
+gistrank train --out "$RUNS/gist-k8" --num-gist 8 "${DATA[@]}" --config "$CFG/student.json"
+gistrank eval --teacher "$RUNS/teacher/checkpoint" \
+  --student "$RUNS/hybrid-t32-k8/checkpoint" --student "$RUNS/gist-k8/checkpoint" \
+  "${DATA[@]}" --out "$RUNS/eval"
