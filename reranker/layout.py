@@ -27,6 +27,8 @@ attention *adds* it, so a boolean mask would be silently wrong there (DESIGN §7
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -62,6 +64,42 @@ def training_mask(
     allowed = full_mask(seq_lens, total) & ~cut_block(item_lens, num_gist, total, keep)
     # every row keeps its diagonal, so no softmax row is empty (padding rows' outputs are never read)
     return allowed | torch.eye(total, dtype=torch.bool, device=item_lens.device)[None]
+
+
+def packed(
+    item_lens: Sequence[int], num_gist: int, query_lens: Sequence[Sequence[int]], total: int, keep: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Several queries per item sequence (training throughput: the long item runs once, not per query).
+
+    Row r: item (j) | gists (k) | query 1 | query 2 | … | pad. Every query block is numbered from j + k,
+    exactly where a lone query sits, and sees the item's first `keep` tokens, the gists and itself
+    (causally) — never another query and never the rest of the item. `keep=None` is the full-context
+    teacher (k = 0): each block sees the whole item.
+
+    Returns position_ids `(N, total)`, allowed `(N, total, total)` and the cut block `(N, total, total)`
+    (query rows × hidden item columns, for the mask curriculum), all on the CPU.
+    """
+    n = len(item_lens)
+    positions = torch.zeros(n, total, dtype=torch.long)
+    allowed = torch.eye(total, dtype=torch.bool).repeat(n, 1, 1)
+    cut = torch.zeros(n, total, total, dtype=torch.bool)
+    for r, (j, lens) in enumerate(zip(item_lens, query_lens, strict=True)):
+        head = j + num_gist
+        positions[r, :head] = torch.arange(head)
+        allowed[r, :head, :head] = _causal(head, torch.device("cpu"))
+        visible = torch.zeros(total, dtype=torch.bool)
+        visible[:head] = True
+        if keep is not None:
+            visible[min(keep, j) : j] = False
+        start = head
+        for q in lens:
+            block = slice(start, start + q)
+            positions[r, block] = torch.arange(head, head + q)
+            allowed[r, block, :] = visible
+            allowed[r, block, block] = _causal(q, torch.device("cpu"))
+            cut[r, block, :head] = ~visible[:head]
+            start += q
+    return positions, allowed, cut
 
 
 def with_item_visibility(mask: torch.Tensor, leak: torch.Tensor, visibility: float) -> torch.Tensor:

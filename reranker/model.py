@@ -11,6 +11,7 @@ The forwards sharing those parameters (sequence layouts in `layout.py`):
     score(query, kvs)          query + score token against injected gist K/V   → (N,) online path
     score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
     score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
+    score_packed(items, qs)    item (+ gists) + many queries per row           → training throughput
     compress_prefix(items)     K/V of the item's first t + k tokens: the matched-budget baseline
     autoencode_loss(items)     item + gists + prompt + item head, gist mask    → training objective
 
@@ -336,6 +337,42 @@ class GistReranker(nn.Module):
         rows = [torch.cat([self._embed(ids), q]) for ids in item_ids]
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
             return self._score_last(*self._forward_rows(rows, None))
+
+    def score_packed(
+        self,
+        items: Sequence[str],
+        queries: Sequence[Sequence[str]],
+        full: bool = False,
+        item_visibility: float = 0.0,
+    ) -> list[torch.Tensor]:
+        """Training throughput: all of `queries[i]` against `items[i]` in ONE row (`layout.packed`), so
+        the long item runs once for many queries → per item, (Q_i,) logits, each equal to
+        `score_masked` (or `score_full` when `full`) of that query alone."""
+        if any(not qs for qs in queries):
+            raise EmptyInputError("every packed item needs at least one query")
+        item_ids, _ = self._item_ids(items)
+        tails = [[self._query_tail(q) for q in qs] for qs in queries]
+        gists = [] if full else [self.gist_embeddings]
+        rows = [torch.cat([self._embed(ids), *gists, *ts]) for ids, ts in zip(item_ids, tails, strict=True)]
+        query_lens = [[t.shape[0] for t in ts] for ts in tails]
+        k = 0 if full else self.gist.num_gist
+        total = max(r.shape[0] for r in rows)
+        keep = None if full else self.gist.keep_item_prefix
+        positions, allowed, cut = layout.packed([len(i) for i in item_ids], k, query_lens, total, keep)
+        mask = layout.additive(allowed.to(self.device), self.dtype)
+        if item_visibility > 0:
+            mask = layout.with_item_visibility(mask, cut.to(self.device), item_visibility)
+        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+            hidden = self._decoder()(
+                inputs_embeds=torch.nn.utils.rnn.pad_sequence(rows, batch_first=True),
+                position_ids=positions.to(self.device),
+                attention_mask=mask,
+            ).last_hidden_state
+            out = []
+            for r, (ids, lens) in enumerate(zip(item_ids, query_lens, strict=True)):
+                ends = len(ids) + k + torch.tensor(lens, device=self.device).cumsum(0) - 1  # score tokens
+                out.append(self.head(hidden[r, ends]).squeeze(-1).float())
+        return out
 
     def autoencode_loss(
         self, items: Sequence[str], num_tokens: int = 64, item_visibility: float = 0.0

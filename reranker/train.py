@@ -7,6 +7,8 @@ inference layout) with any mix of:
     distill       KL to the teacher's scores over each query's candidates (dense, graded signal)
     autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets)
     mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
+    pack_queries  queries that share candidates drawn together, each item run once per step with all
+                  its queries in one row (4D mask): more pairs per second of item compute
     length curriculum  items capped short first, the cap grown to max_item_tokens
     warm start    `init` = a trained teacher checkpoint (same base; its gists are not reused)
     train_body    False trains only gists, score token and head (the checkpoint stays a few KB)
@@ -63,6 +65,7 @@ class TrainConfig(BaseModel):
     autoencode: float = 0.0
     autoencode_tokens: int = 64
     autoencode_items: int = Field(8, description="items per step for the autoencoding loss")
+    pack_queries: bool = Field(False, description="several queries per item row (GistReranker.score_packed)")
     mask_curriculum_steps: int = Field(0, description="steps over which item visibility anneals 1 → 0")
     length_curriculum_steps: int = Field(0, description="steps over which the item cap grows to max")
     min_item_tokens: int = 128
@@ -168,6 +171,43 @@ class Trainer:
         chosen += self.rng.sample(neg, min(len(neg), n - len(chosen)))
         return chosen
 
+    def _draw_queries(self) -> list:
+        """The step's queries: a random sample; when packing, a random anchor plus the queries whose
+        candidate lists overlap it most, so that items carry several queries per row."""
+        n = min(self.cfg.queries_per_step, len(self.queries))
+        if not self.cfg.pack_queries:
+            return self.rng.sample(self.queries, n)
+        anchor = self.rng.choice(self.queries)
+        mine = {item_id for item_id, _ in self.data.candidates(anchor.query_id)}
+
+        def shared(q) -> int:
+            return len(mine.intersection(item_id for item_id, _ in self.data.candidates(q.query_id)))
+
+        others = (q for q in self.queries if q is not anchor)
+        ranked = sorted(others, key=lambda q: (-shared(q), self.rng.random()))
+        return [anchor, *ranked[: n - 1]]
+
+    def _scores(
+        self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool, vis: float
+    ) -> list[torch.Tensor]:
+        """(C_q,) logits per picked (query text, candidate texts): one row per pair, or, when packing,
+        one row per distinct item holding every query it is a candidate of."""
+        if not self.cfg.pack_queries:
+            if full:
+                return [model.score_full(query, texts) for query, texts in picks]
+            return [model.score_masked(query, texts, item_visibility=vis) for query, texts in picks]
+        slots: dict[str, list[tuple[int, int]]] = {}
+        for qi, (_, texts) in enumerate(picks):
+            for ci, text in enumerate(texts):
+                slots.setdefault(text, []).append((qi, ci))
+        items = list(slots)
+        queries = [[picks[qi][0] for qi, _ in slots[text]] for text in items]
+        grid: list[list[torch.Tensor | None]] = [[None] * len(texts) for _, texts in picks]
+        for text, scores in zip(items, model.score_packed(items, queries, full, vis), strict=True):
+            for (qi, ci), score in zip(slots[text], scores, strict=True):
+                grid[qi][ci] = score
+        return [torch.stack(row) for row in grid]  # type: ignore[arg-type]
+
     # ------------------------------------------------------------------------------------ steps
     def train_step(self) -> dict[str, float]:
         cfg, model = self.cfg, self.model
@@ -175,17 +215,17 @@ class Trainer:
         vis = item_visibility(cfg, self.step)
         cap = item_token_cap(cfg, self.step)
         parts: dict[str, torch.Tensor] = {}
-        items_seen: list[str] = []
         hits, spread = 0.0, 0.0
-        for query in self.rng.sample(self.queries, min(cfg.queries_per_step, len(self.queries))):
-            cands = self._sample(query.query_id)
-            texts = [self._capped_text(item_id, cap) for item_id, _ in cands]
-            items_seen += [item_id for item_id, _ in cands]
+        drawn = [(query, self._sample(query.query_id)) for query in self._draw_queries()]
+        items_seen = [item_id for _, cands in drawn for item_id, _ in cands]
+        picks = [(query.text, [self._capped_text(i, cap) for i, _ in cands]) for query, cands in drawn]
+        all_scores = self._scores(model, picks, cfg.role == "teacher", vis)
+        references = [None] * len(picks)
+        if self.teacher is not None:
+            with torch.no_grad():
+                references = self._scores(self.teacher, picks, True, 0.0)
+        for (_, cands), scores, reference in zip(drawn, all_scores, references, strict=True):
             labels = torch.tensor([float(label) for _, label in cands], device=model.device)
-            if cfg.role == "teacher":
-                scores = model.score_full(query.text, texts)
-            else:
-                scores = model.score_masked(query.text, texts, item_visibility=vis)
             # free signs of life: does the top score land on the best label, do scores differ at all
             hits += accuracy_at_1(scores.tolist(), labels.tolist())
             spread += float(scores.detach().std())
@@ -194,9 +234,7 @@ class Trainer:
             if cfg.pointwise:
                 bce = torch.nn.functional.binary_cross_entropy_with_logits(scores, labels / labels.max())
                 _add(parts, "pointwise", cfg.pointwise * bce)
-            if self.teacher is not None:
-                with torch.no_grad():
-                    reference = self.teacher.score_full(query.text, texts)
+            if reference is not None:
                 _add(parts, "distill", cfg.distill * distill_loss(scores, reference, cfg.distill_temperature))
         n_queries = min(cfg.queries_per_step, len(self.queries))
         loss = sum(parts.values()) / n_queries

@@ -77,3 +77,51 @@ def test_hybrid_autoencode_target_starts_after_the_kept_prefix(
     assert targets == [ids[4:7]]
     with pytest.raises(EmptyInputError, match="no token after the first 4"):
         model.autoencode_loss(["kettle"], num_tokens=3)
+
+
+QUERIES = ["256GB phone 2023", "kettle 1.7 L", "black headphones 2021 over-ear wireless"]
+
+
+@pytest.mark.parametrize("t", [0, 5])
+def test_packed_queries_equal_each_query_alone(tiny_base: Path, t: int) -> None:
+    """Several queries in one item row score exactly as each query alone: no query sees another."""
+    model = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32"), device="cpu"
+    )
+    packs = [QUERIES, QUERIES[1:2], QUERIES[::-1], QUERIES[:2]]  # differing counts and lengths per row
+    for full in (False, True):
+        packed = model.score_packed(ITEMS, packs, full=full)
+        for i, (item, queries) in enumerate(zip(ITEMS, packs, strict=True)):
+            alone = torch.stack(
+                [(model.score_full if full else model.score_masked)(q, [item])[0] for q in queries]
+            )
+            torch.testing.assert_close(packed[i], alone, rtol=1e-4, atol=1e-5)
+
+
+def test_packed_queries_must_not_see_each_other(
+    tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Letting each query block read the earlier ones (plain causal over the query region) changes
+    every query but the first: the test would catch a packing mask that forgot the block structure."""
+    real = layout.packed
+    head = len(tiny_model._item_ids(ITEMS[:1])[0][0]) + tiny_model.gist.num_gist
+
+    def leaky(*args: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        positions, allowed, cut = real(*args)
+        allowed = allowed.clone()
+        allowed[:, head:, head:] |= torch.tril(torch.ones_like(allowed[0, head:, head:]))
+        return positions, allowed, cut
+
+    reference = tiny_model.score_packed(ITEMS[:1], [QUERIES])[0]
+    monkeypatch.setattr(layout, "packed", leaky)
+    leaked = tiny_model.score_packed(ITEMS[:1], [QUERIES])[0]
+    torch.testing.assert_close(leaked[0], reference[0])
+    assert float((leaked[1:] - reference[1:]).abs().max()) > 1e-3 * float(reference.abs().max())
+
+
+def test_packed_item_visibility_matches_the_single_query_curriculum(tiny_model: GistReranker) -> None:
+    packed = tiny_model.score_packed(ITEMS, [[QUERY]] * len(ITEMS), item_visibility=0.5)
+    alone = tiny_model.score_masked(QUERY, ITEMS, item_visibility=0.5)
+    torch.testing.assert_close(torch.cat(packed), alone, rtol=1e-4, atol=1e-5)
+    with pytest.raises(EmptyInputError, match="at least one query"):
+        tiny_model.score_packed(ITEMS[:1], [[]])
