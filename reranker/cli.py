@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from reranker.checkpoints import DEFAULT_CHECKPOINT
 from reranker.serving.cli import rerank, serve
 from streaming.cli import catalog_app, consume, materialize, publish
 
@@ -23,7 +24,9 @@ DEFAULT_BASE = "smollm2-135m-instruct"
 
 @app.command()
 def demo(
-    base: Base = DEFAULT_BASE,
+    base: Annotated[
+        str, typer.Option(help="shipped checkpoint alias or folder (trained), or a base to wrap untrained")
+    ] = DEFAULT_CHECKPOINT,
     num_gist: NumGist = 8,
     dtype: DType = "auto",
     core: Annotated[

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import time
 from importlib.resources import files
-from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
+from reranker.checkpoints import is_checkpoint
 from reranker.config import GistConfig, resolve_dtype
-from reranker.model import CHECKPOINT_FILE, GistReranker
+from reranker.model import GistReranker
 from reranker.render import render_item
 
 
@@ -36,11 +36,14 @@ def run_core_demo(base: str, num_gist: int = 8, dtype: str = "auto", top: int = 
     console = Console()
     dtype = resolve_dtype(dtype)
     start = time.perf_counter()
-    model = GistReranker.from_pretrained(base, GistConfig(num_gist=num_gist, dtype=dtype))
+    trained = is_checkpoint(base)
+    wrap = None if trained else GistConfig(num_gist=num_gist, dtype=dtype)
+    model = GistReranker.from_pretrained(base, wrap)
+    g = model.gist
     console.print(
         f"loaded [bold]{base}[/] on {model.device} in {time.perf_counter() - start:.1f}s — "
-        f"{model.num_layers} layers, {model.num_kv_heads} KV heads × {model.head_dim}, k={num_gist}, "
-        f"{dtype}, fingerprint {model.fingerprint}"
+        f"{model.num_layers} layers, {model.num_kv_heads} KV heads × {model.head_dim}, k={g.num_gist}, "
+        f"t={g.keep_item_prefix}, {g.dtype}, fingerprint {model.fingerprint}"
     )
     catalog = sample_catalog()
     ids = [item["item_id"] for item in catalog]
@@ -50,10 +53,11 @@ def run_core_demo(base: str, num_gist: int = 8, dtype: str = "auto", top: int = 
     kvs = model.compress(texts, progress=True)
     compress_s = time.perf_counter() - start
     item_tokens = [kv.item_tokens for kv in kvs]
+    per_position = kvs[0].nbytes / kvs[0].kv.shape[3]
     console.print(
         f"compressed {len(kvs)} items ({min(item_tokens)}–{max(item_tokens)} tokens) in {compress_s:.1f}s → "
-        f"{kvs[0].nbytes / 1024:.0f} KiB of gist K/V per item instead of "
-        f"{sum(item_tokens) / len(kvs) * kvs[0].nbytes / num_gist / 1024:.0f} KiB for the item's own K/V"
+        f"{kvs[0].nbytes / 1024:.0f} KiB of cached K/V per item instead of "
+        f"{sum(item_tokens) / len(kvs) * per_position / 1024:.0f} KiB for the item's own K/V"
     )
     gist_total = full_total = 0.0
     for query in sample_queries():
@@ -75,7 +79,7 @@ def run_core_demo(base: str, num_gist: int = 8, dtype: str = "auto", top: int = 
         f"online time for {len(ids)} candidates × {len(sample_queries())} queries: gist {gist_total:.2f}s, "
         f"full {full_total:.2f}s ({full_total / gist_total:.1f}× faster)."
     )
-    if (Path(base) / CHECKPOINT_FILE).is_file():
+    if trained:
         return
     console.print(
         "[yellow]The head and gists of a freshly wrapped base are untrained: rankings above show the "

@@ -36,6 +36,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 from monitoring.metrics import ITEMS_TRUNCATED
 from reranker import layout
 from reranker.base_models import DEFAULT_BASE, resolve_base
+from reranker.checkpoints import CHECKPOINT_FILE, resolve_checkpoint
 from reranker.config import GistConfig
 from reranker.errors import (
     EmptyInputError,
@@ -45,7 +46,6 @@ from reranker.errors import (
 )
 from reranker.kv import GistKV
 
-CHECKPOINT_FILE = "gistrank.json"
 GIST_WEIGHTS_FILE = "gist.safetensors"
 ADAPTER_DIR = "adapter"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -119,6 +119,7 @@ class GistReranker(nn.Module):
         For a checkpoint, `gist` may be omitted; if given it must equal the saved config.
         """
         device = torch.device(device) if device is not None else _default_device()
+        base = resolve_checkpoint(base)
         ckpt = Path(base) / CHECKPOINT_FILE
         if ckpt.is_file():
             meta = json.loads(ckpt.read_text())
@@ -183,7 +184,12 @@ class GistReranker(nn.Module):
         state = {name: t.detach().contiguous().cpu() for name, t in self._gist_state().items()}
         save_file(state, directory / GIST_WEIGHTS_FILE, metadata={"fingerprint": self.fingerprint})
         if self.has_lora:
-            self.lm.save_pretrained(directory / ADAPTER_DIR)
+            # name the base as this checkpoint does (not a machine's cache path); embeddings are never
+            # adapted, and saying so keeps peft from looking the base up on the Hub; peft's generated
+            # card stub would sit beside the real model card, so it goes
+            self.lm.peft_config["default"].base_model_name_or_path = self.base_ref
+            self.lm.save_pretrained(directory / ADAPTER_DIR, save_embedding_layers=False)
+            (directory / ADAPTER_DIR / "README.md").unlink(missing_ok=True)
         if store_base:
             self._base_lm().save_pretrained(directory / "base", state_dict=self._base_state())
             self.tokenizer.save_pretrained(directory / "base")

@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
+from reranker.checkpoints import is_checkpoint, resolve_checkpoint
 from reranker.config import GistConfig, resolve_dtype
 from reranker.demo import sample_queries
-from reranker.model import CHECKPOINT_FILE, GistReranker
+from reranker.model import GistReranker
 
 UPDATED_ITEM = "phone-acme-15pro-128-blue"
 L1_TTL_S = 10.0  # short for the demo (default 300 s), so the update step need not wait long
@@ -126,14 +127,14 @@ def run_pipeline_demo(
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     step("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
-    trained = (Path(model) / CHECKPOINT_FILE).is_file()
+    trained = is_checkpoint(model)
     gist_model = GistReranker.from_pretrained(
         model,
         None
         if trained
         else GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype)),
     )
-    checkpoint = gist_model.save_pretrained(workdir / "model") if not trained else Path(model)
+    checkpoint = Path(resolve_checkpoint(model)) if trained else gist_model.save_pretrained(workdir / "model")
     console.print(
         f"{model}: k={gist_model.gist.num_gist}, {gist_model.gist.dtype}, "
         f"fingerprint {gist_model.fingerprint}"

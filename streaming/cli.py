@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from reranker.checkpoints import DEFAULT_CHECKPOINT
 from streaming.catalog import DEFAULT_URL, Catalog, CatalogError
 from streaming.kafka_settings import KafkaSettings, ensure_topics
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from reranker.model import GistReranker
     from streaming.gist_store import GistStore
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MODEL = DEFAULT_CHECKPOINT  # the shipped trained checkpoint; the server defaults to it too
 
 
 class OnlineStore(StrEnum):
@@ -79,10 +80,10 @@ def _settings(bootstrap_servers: str | None) -> KafkaSettings:
 
 def _load_model(ref: str, num_gist: int | None, dtype: ComputeDType | None) -> GistReranker:
     from reranker import GistConfig, GistReranker
+    from reranker.checkpoints import is_checkpoint
     from reranker.config import resolve_dtype
-    from reranker.model import CHECKPOINT_FILE
 
-    if (Path(ref) / CHECKPOINT_FILE).is_file():
+    if is_checkpoint(ref):
         # A checkpoint carries its gist config; options may only confirm it, never silently differ.
         # `auto` asks for no particular dtype, so the checkpoint's own satisfies it.
         model = GistReranker.from_pretrained(ref)

@@ -53,10 +53,11 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
+from reranker.checkpoints import is_checkpoint, resolve_checkpoint
 from reranker.config import GistConfig, resolve_dtype
 from reranker.demo import sample_queries
 from reranker.errors import GistRankError
-from reranker.model import CHECKPOINT_FILE, GistReranker
+from reranker.model import GistReranker
 
 PATHS = ("hit", "feast", "recompute")
 PROTOCOLS = ("http", "grpc")
@@ -426,11 +427,13 @@ def run_serving_bench(
     catalog: Catalog | None = None
     try:
         step("1. model: one checkpoint for the materializer, the server and the in-process score()")
-        trained = (Path(model) / CHECKPOINT_FILE).is_file()
+        trained = is_checkpoint(model)
         gist_model = GistReranker.from_pretrained(
             model, None if trained else GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype))
         )
-        checkpoint = Path(model) if trained else gist_model.save_pretrained(workdir / "model")
+        checkpoint = (
+            Path(resolve_checkpoint(model)) if trained else gist_model.save_pretrained(workdir / "model")
+        )
         fingerprint = gist_model.fingerprint
         queries = _usable_queries(gist_model)
         console.print(

@@ -13,13 +13,15 @@ from typing import Annotated
 
 import typer
 
+from reranker.checkpoints import DEFAULT_CHECKPOINT
+
 Port = Annotated[int, typer.Option(help="0 = pick a free port")]
 
 
 def serve(
-    model: Annotated[str, typer.Option(help="GistRank checkpoint folder, base alias or HF folder")] = (
-        "smollm2-135m-instruct"
-    ),
+    model: Annotated[
+        str, typer.Option(help="GistRank checkpoint (folder or shipped alias), base alias or HF folder")
+    ] = DEFAULT_CHECKPOINT,
     catalog_url: Annotated[
         str, typer.Option(help="catalog DB (recompute source)")
     ] = "sqlite:///var/catalog.db",
