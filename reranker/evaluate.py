@@ -28,7 +28,13 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from reranker.config import GistConfig
-from reranker.metrics import accuracy_at_1, length_quartiles, ndcg_at_k, recall_at_k_vs_reference
+from reranker.metrics import (
+    accuracy_at_1,
+    bootstrap_ci,
+    length_quartiles,
+    ndcg_at_k,
+    recall_at_k_vs_reference,
+)
 from reranker.model import GistReranker
 from reranker.relevance_data import RelevanceSet
 
@@ -175,7 +181,8 @@ def evaluate(
 
 
 def summarize(records: Sequence[dict]) -> dict:
-    """Mean of every metric per system: overall, per length quartile, hard vs other queries."""
+    """Mean of every metric per system: overall (with 95% bootstrap intervals of recall@5 and
+    NDCG@10 over queries), per length quartile, hard vs other queries."""
 
     def mean(rows: list[dict]) -> dict[str, float]:
         return {m: sum(r[m] for r in rows) / len(rows) for m in METRICS} | {"n": len(rows)}
@@ -185,6 +192,7 @@ def summarize(records: Sequence[dict]) -> dict:
         rows = [r for r in records if r["system"] == system]
         out[system] = {
             "all": mean(rows),
+            "ci95": {m: list(bootstrap_ci([r[m] for r in rows])) for m in ("recall@5", "ndcg@10")},
             "by_length_quartile": {
                 str(q): mean([r for r in rows if r["length_quartile"] == q])
                 for q in sorted({r["length_quartile"] for r in rows})
@@ -223,6 +231,12 @@ def markdown_report(result: dict) -> str:
             + " | ".join(tail)
             + " |"
         )
+    lines += ["", "Mean with 95% bootstrap interval over queries:", ""]
+    lines += ["| system | recall@5 | ndcg@10 |", "|---|---|---|"]
+    for system, s in summary.items():
+        ci = s["ci95"]
+        cells = [f"{s['all'][m]:.3f} [{ci[m][0]:.3f}, {ci[m][1]:.3f}]" for m in ("recall@5", "ndcg@10")]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
     cuts = result["length_quartile_cuts_tokens"]
     lines += ["", "Recall@5 by item-length quartile (tokens of the query's best item):", ""]
     quarts = sorted(cuts)

@@ -16,6 +16,7 @@ candidates, so candidate lists must not be ordered by label (the synthetic gener
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Hashable, Sequence
 
 import numpy as np
@@ -126,3 +127,17 @@ def _check_same_length(first: Sequence[object], second: Sequence[object], name1:
         raise ValueError(f"{name1} has {len(first)} entries but {name2} has {len(second)}")
     if len(first) == 0:
         raise ValueError(f"{name1} is empty")
+
+
+def bootstrap_ci(
+    values: Sequence[float], level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of per-query values (queries resampled with
+    replacement; seeded, so a report is reproducible). Small test sets get honest, wide intervals."""
+    if not values:
+        raise ValueError("no values to bootstrap")
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    tail = (1 - level) / 2
+    return means[int(tail * (resamples - 1))], means[int((1 - tail) * (resamples - 1))]

@@ -8,6 +8,7 @@ import pytest
 
 from reranker.metrics import (
     accuracy_at_1,
+    bootstrap_ci,
     length_quartiles,
     mean_by_slice,
     ndcg_at_k,
@@ -126,3 +127,16 @@ def test_length_quartiles(lengths: list[int], quartiles: list[int]) -> None:
 def test_length_quartiles_rejects_empty() -> None:
     with pytest.raises(ValueError):
         length_quartiles([])
+
+
+def test_bootstrap_ci_brackets_the_mean_and_narrows_with_more_queries() -> None:
+    few = [0.0, 1.0] * 5
+    many = few * 20
+    lo_few, hi_few = bootstrap_ci(few)
+    lo_many, hi_many = bootstrap_ci(many)
+    assert lo_few < 0.5 < hi_few and lo_many < 0.5 < hi_many
+    assert hi_many - lo_many < hi_few - lo_few
+    assert bootstrap_ci([0.75] * 8) == (0.75, 0.75)  # no spread, no interval (0.75 sums exactly)
+    assert bootstrap_ci(few) == bootstrap_ci(few)  # seeded
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_ci([])
