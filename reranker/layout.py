@@ -1,6 +1,6 @@
 """Where the gist mask is built and where position ids are computed — the exactness core.
 
-Three sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl. the score token):
+Four sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl. the score token):
 
     training / reference (`score_masked`), right-padded:
         positions  0 … j-1 | j … j+k-1 | j+k … j+k+ℓ-1 | pad
@@ -17,6 +17,9 @@ Three sequence layouts, one per forward (N rows, k gists, ℓ = query tokens inc
                    compressed); rows with p < P (the batch's longest prefix) get masked pad columns
         positions  j+k … j+k+ℓ-1 — a per-row offset, so every query→gist distance equals training's
         mask       every real cached column visible, causal over the query
+
+    packed training (`score_packed`): item + gists + query 1 + query 2 + …, every query block at
+        positions j+k …, seeing the item (prefix) and gists but never another block (`packed`)
 
 t = `keep_item_prefix` (0: pure gisting) and p = min(t, j) per item: the hybrid keeps the first t item
 tokens (title and key fields, rendered first) as raw K/V beside the gists so exact tokens survive.
