@@ -171,14 +171,14 @@ def train(
 
 @app.command()
 def curves(
-    runs: Annotated[list[str], typer.Argument(help="LABEL=RUN_DIR for each training run")],
+    runs: Annotated[list[str], typer.Argument(help="LABEL=RUN_DIR per training run (split at the last '=')")],
     out: Annotated[Path, typer.Option(help="PNG to write")] = Path("runs/curves.png"),
     smooth: Annotated[int, typer.Option(help="running-mean window in steps")] = 5,
 ) -> None:
     """Learning curves of several training runs side by side (loss, batch acc@1, score spread)."""
     from reranker.train import plot_curves
 
-    pairs = [run.split("=", 1) for run in runs]
+    pairs = [run.rsplit("=", 1) for run in runs]  # labels may hold "=" (k=8), folders rarely do
     if any(len(p) != 2 or not p[0] for p in pairs):
         raise typer.BadParameter("each run is LABEL=RUN_DIR")
     for label, run in pairs:

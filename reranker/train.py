@@ -330,15 +330,17 @@ def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5) -> Path:
 
     keys = ("loss", "batch_acc@1", "score_spread")
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4))
-    for label, run in runs.items():
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (label, run) in enumerate(runs.items()):
         curve = [json.loads(line) for line in (Path(run) / "curve.jsonl").read_text().splitlines()]
+        color = colors[index % len(colors)]  # one colour per run in every panel, whatever it logged
         for ax, key in zip(axes, keys, strict=True):
             points = [(r["step"], r[key]) for r in curve if key in r]
             if not points:
                 continue
             steps, values = zip(*points, strict=True)
             window = [values[max(0, i - smooth + 1) : i + 1] for i in range(len(values))]
-            ax.plot(steps, [sum(w) / len(w) for w in window], label=label)
+            ax.plot(steps, [sum(w) / len(w) for w in window], color=color, label=label)
     for ax, key in zip(axes, keys, strict=True):
         ax.set_xlabel("step")
         ax.set_title(f"{key} (running mean of {smooth})")

@@ -59,7 +59,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert (tmp_path / "eval" / "results.json").is_file()
 
     png = tmp_path / "curves.png"
-    runs = [f"teacher={tmp_path / 'teacher'}", f"student={tmp_path / 'student'}"]
+    runs = [f"teacher={tmp_path / 'teacher'}", f"student k=2={tmp_path / 'student'}"]  # '=' in a label
     result = runner.invoke(app, ["curves", *runs, "--out", str(png)])
     assert result.exit_code == 0, result.output
     assert png.is_file()
