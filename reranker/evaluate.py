@@ -108,9 +108,10 @@ def _gist_systems(
     for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
         plain_cfg = GistConfig(**(student.gist.model_dump() | {"num_gist": budget, "keep_item_prefix": 0}))
         plain = student.with_gist_config(plain_cfg)
-        systems[f"prefix {budget}"] = (
+        # scored by this student's body and head: two students' prefix baselines of one budget differ
+        systems[f"prefix {budget} · {gist_name(student.gist)}"] = (
             scorer(plain, plain.compress_prefix(texts)),
-            {"family": "prefix", "positions": budget},
+            {"family": f"prefix · {gist_name(student.gist)}", "positions": budget},
         )
     return systems
 
@@ -173,11 +174,16 @@ def evaluate(
         "summary": summary,
         "records": records,
     }
+    write_outputs(result, out)
+    return result
+
+
+def write_outputs(result: dict, out: Path) -> None:
+    """results.json, report.md and the plots of one evaluation (re-runnable from a saved results.json)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "report.md").write_text(markdown_report(result))
-    plot(summary, result["systems"], out)
-    return result
+    plot(result["summary"], result["systems"], out)
 
 
 def summarize(records: Sequence[dict]) -> dict:
@@ -252,35 +258,46 @@ def markdown_report(result: dict) -> str:
 
 
 def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
-    """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one line
-    per system family and item-length quartile — trained gists vs prefix caching vs untrained gists."""
+    """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one panel
+    per item-length quartile, one colour per system family — trained gists vs prefix caching (scored
+    by the same student) vs untrained gists — with BM25 and the no-item floor as horizontal lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     families = sorted({f["family"] for f in systems.values() if f["positions"]})
-    styles = dict(zip(families, ("-", "--", ":", "-.") * 4, strict=False))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    quartiles = sorted({q for s in summary.values() for q in s["by_length_quartile"]})
     paths = []
     for metric in ("recall@5", "recall@10", "ndcg@10"):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for family in families:
-            runs = sorted(
-                (f["positions"], summary[name]) for name, f in systems.items() if f["family"] == family
-            )
-            for q in sorted(runs[0][1]["by_length_quartile"]):
-                xs = [x for x, s in runs if q in s["by_length_quartile"]]
-                ys = [s["by_length_quartile"][q][metric] for _, s in runs if q in s["by_length_quartile"]]
-                ax.plot(xs, ys, styles[family], marker="o", label=f"{family} Q{q}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("stored K/V positions per item (k, or t + k)")
-        ax.set_ylabel(metric)
-        ax.set_title(f"{metric} vs stored positions per item-length quartile")
-        ax.legend(fontsize=7, ncol=3)
-        ax.grid(alpha=0.3)
+        fig, axes = plt.subplots(
+            1, len(quartiles), figsize=(4 * len(quartiles), 4), sharey=True, squeeze=False
+        )
+        for ax, q in zip(axes[0], quartiles, strict=True):
+            for index, family in enumerate(families):
+                runs = sorted(
+                    (f["positions"], summary[name]["by_length_quartile"][q][metric])
+                    for name, f in systems.items()
+                    if f["family"] == family and q in summary[name]["by_length_quartile"]
+                )
+                xs, ys = zip(*runs, strict=True)
+                ax.plot(xs, ys, marker="o", color=colors[index % len(colors)], label=family)
+            for name, style in (("bm25", "--"), ("no item", ":")):
+                if name in summary and q in summary[name]["by_length_quartile"]:
+                    ax.axhline(
+                        summary[name]["by_length_quartile"][q][metric], color="gray", ls=style, label=name
+                    )
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"item-length quartile Q{q}")
+            ax.set_xlabel("stored K/V positions per item")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(metric)
+        axes[0][-1].legend(fontsize=7)
+        fig.suptitle(f"{metric} vs stored positions (k, or t + k)")
         path = out / f"{metric.replace('@', '_at_')}_vs_k.png"
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -55,7 +55,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     args += ["--student", str(tmp_path / "student" / "checkpoint"), "--out", str(tmp_path / "eval"), *common]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "| gist t=3 k=2 |" in result.output and "| prefix 4 |" in result.output
+    assert "| gist t=3 k=2 |" in result.output and "| prefix 4 · gist t=3 k=2 |" in result.output
     assert (tmp_path / "eval" / "results.json").is_file()
 
     png = tmp_path / "curves.png"

@@ -50,11 +50,13 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
 
     trained = {f"{s} k={k}" for s in ("gist", "untrained gists") for k in (2, 4)}
     hybrid = {"gist t=3 k=2", "untrained gists t=3 k=2"}
-    prefix = {f"prefix {n}" for n in (1, 2, 4, 3 + 1, 3 + 2)}  # t + k' for k' in (1, own k)
+    # t + k' for k' in (1, own k), each scored by its own student's body and head
+    prefix = {f"prefix {n} · gist k=2" for n in (1, 2)} | {f"prefix {n} · gist k=4" for n in (1, 4)}
+    prefix |= {f"prefix {n} · gist t=3 k=2" for n in (3 + 1, 3 + 2)}
     systems = {"teacher", "bm25", "no item"} | trained | hybrid | prefix
     assert set(result["summary"]) == systems
     assert result["systems"]["gist t=3 k=2"] == {"family": "gist t=3", "positions": 5}
-    assert result["systems"]["prefix 5"] == {"family": "prefix", "positions": 5}
+    assert result["systems"]["prefix 5 · gist t=3 k=2"] == {"family": "prefix · gist t=3 k=2", "positions": 5}
     assert len(result["records"]) == len(systems) * 2  # two test queries
     teacher = result["summary"]["teacher"]["all"]
     assert teacher["recall@1"] == teacher["recall@5"] == 1.0  # the reference agrees with itself
