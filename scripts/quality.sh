@@ -4,13 +4,14 @@
 # commands run unchanged and much faster. Resume an interrupted stage with `gistrank train --out DIR --resume`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=${RUNS:-runs/quality}
+RUNS=runs/quality  # reports/quality/student.json names the teacher under it
 DATA=(--products 60 --max-item-tokens 256 --seed 0)
 CFG=reports/quality
+GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
 
-gistrank train --out "$RUNS/teacher" --role teacher "${DATA[@]}" --config "$CFG/teacher.json"
-gistrank train --out "$RUNS/hybrid-t32-k8" --num-gist 8 --keep-item-prefix 32 "${DATA[@]}" --config "$CFG/student.json"
-gistrank train --out "$RUNS/gist-k8" --num-gist 8 "${DATA[@]}" --config "$CFG/student.json"
-gistrank eval --teacher "$RUNS/teacher/checkpoint" \
+"$GISTRANK" train --out "$RUNS/teacher" --role teacher "${DATA[@]}" --config "$CFG/teacher.json"
+"$GISTRANK" train --out "$RUNS/hybrid-t32-k8" --num-gist 8 --keep-item-prefix 32 "${DATA[@]}" --config "$CFG/student.json"
+"$GISTRANK" train --out "$RUNS/gist-k8" --num-gist 8 "${DATA[@]}" --config "$CFG/student.json"
+"$GISTRANK" eval --teacher "$RUNS/teacher/checkpoint" \
   --student "$RUNS/hybrid-t32-k8/checkpoint" --student "$RUNS/gist-k8/checkpoint" \
   "${DATA[@]}" --out "$RUNS/eval"
