@@ -135,9 +135,9 @@ def run_pipeline_demo(
         else GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype)),
     )
     checkpoint = Path(resolve_checkpoint(model)) if trained else gist_model.save_pretrained(workdir / "model")
+    g = gist_model.gist
     console.print(
-        f"{model}: k={gist_model.gist.num_gist}, {gist_model.gist.dtype}, "
-        f"fingerprint {gist_model.fingerprint}"
+        f"{model}: k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}, fingerprint {gist_model.fingerprint}"
     )
     if not trained:
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
