@@ -6,9 +6,9 @@ accuracy@1 against the labels. Systems, at matched storage and online cost:
     gist [t=…] k=…      the trained student's online path: score(query, compress(items)); t = hybrid
                         raw prefix kept beside the k gists
     untrained gists …   the same student with its initial gist embeddings
-    prefix B            K/V of the item's first B tokens in place of the (prefix +) gists — prefix
+    prefix B · S        K/V of the item's first B tokens in place of the (prefix +) gists — prefix
                         caching cut to the same budget B = t + k (and B = t + k' for each k' of the
-                        sweep), scored by the same student's body and head
+                        sweep), scored by student S's body and head
     bm25                lexical baseline on the rendered item text
     no item             a constant score: what the query alone can do (nothing)
     teacher             the reference itself (its NDCG is the ceiling)

@@ -7,9 +7,9 @@ inference layout) with any mix of:
     distill       KL to the teacher's scores over each query's candidates (dense, graded signal)
     autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets)
     mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
+    length curriculum  items capped short first, the cap grown to max_item_tokens
     pack_queries  queries that share candidates drawn together, each item run once per step with all
                   its queries in one row (4D mask): more pairs per second of item compute
-    length curriculum  items capped short first, the cap grown to max_item_tokens
     warm start    `init` = a trained teacher checkpoint (same base; its gists are not reused)
     train_body    False trains only gists, score token and head (the checkpoint stays a few KB)
     lora_rank     > 0 trains LoRA adapters on the body instead of every weight (peft; the checkpoint
@@ -36,7 +36,7 @@ from reranker.base_models import DEFAULT_BASE
 from reranker.config import GistConfig
 from reranker.metrics import accuracy_at_1
 from reranker.model import GistReranker
-from reranker.relevance_data import RelevanceSet
+from reranker.relevance_data import Query, RelevanceSet
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
@@ -171,7 +171,7 @@ class Trainer:
         chosen += self.rng.sample(neg, min(len(neg), n - len(chosen)))
         return chosen
 
-    def _draw_queries(self) -> list:
+    def _draw_queries(self) -> list[Query]:
         """The step's queries: a random sample; when packing, a random anchor plus the queries whose
         candidate lists overlap it most, so that items carry several queries per row."""
         n = min(self.cfg.queries_per_step, len(self.queries))
@@ -180,7 +180,7 @@ class Trainer:
         anchor = self.rng.choice(self.queries)
         mine = {item_id for item_id, _ in self.data.candidates(anchor.query_id)}
 
-        def shared(q) -> int:
+        def shared(q: Query) -> int:
             return len(mine.intersection(item_id for item_id, _ in self.data.candidates(q.query_id)))
 
         others = (q for q in self.queries if q is not anchor)
