@@ -70,9 +70,14 @@ def query_metrics(
     return out
 
 
-def gist_name(gist: GistConfig, family: str = "gist") -> str:
-    t = f"t={gist.keep_item_prefix} " if gist.keep_item_prefix else ""
-    return f"{family} {t}k={gist.num_gist}"
+def gist_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
+    """E.g. `gist t=32 k=8`; without k it names a plot line (one point per trained k)."""
+    parts = [
+        family,
+        f"t={gist.keep_item_prefix}" if gist.keep_item_prefix else "",
+        f"k={gist.num_gist}" if with_k else "",
+    ]
+    return " ".join(p for p in parts if p)
 
 
 def _gist_systems(
@@ -89,7 +94,6 @@ def _gist_systems(
     ids = list(texts_by_id)
     texts = [texts_by_id[i] for i in ids]
     t, k = student.gist.keep_item_prefix, student.gist.num_gist
-    hybrid = f"t={t} " if t else ""
 
     def scorer(model: GistReranker, kvs: list) -> Callable:
         by_id = dict(zip(ids, kvs, strict=True))
@@ -98,11 +102,11 @@ def _gist_systems(
     systems = {
         gist_name(student.gist): (
             scorer(student, student.compress(texts, progress=True)),
-            {"family": f"gist {hybrid}".strip(), "positions": t + k},
+            {"family": gist_name(student.gist, with_k=False), "positions": t + k},
         ),
         gist_name(student.gist, "untrained gists"): (
             scorer(untrained, untrained.compress(texts)),
-            {"family": f"untrained gists {hybrid}".strip(), "positions": t + k},
+            {"family": gist_name(student.gist, "untrained gists", with_k=False), "positions": t + k},
         ),
     }
     for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
