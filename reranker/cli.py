@@ -67,6 +67,25 @@ def bench(
     run_score_bench(base, candidates, query_tokens, js, num_gist, dtype, repeats, out)
 
 
+@app.command(name="bench-packing")
+def bench_packing(
+    base: Base = DEFAULT_BASE,
+    items: Annotated[int, typer.Option(help="synthetic items, one row each")] = 8,
+    queries_per_item: Annotated[list[int] | None, typer.Option(help="m values to sweep (repeatable)")] = None,
+    num_gist: NumGist = 8,
+    max_item_tokens: int = 256,
+    lora_rank: Annotated[int, typer.Option(help="LoRA adapters as in the quality recipe (0: full body)")] = 8,
+    dtype: DType = "auto",
+    repeats: Annotated[int, typer.Option(min=1, help="timed forward + backward runs per setting")] = 1,
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_packing.json"),
+) -> None:
+    """Training pairs/s with queries packed m per item row vs one row per pair, next to the ideal."""
+    from reranker.bench_packing import run_packing_bench
+
+    ms = queries_per_item or [1, 2, 4, 8]
+    run_packing_bench(base, items, ms, num_gist, max_item_tokens, lora_rank, dtype, repeats, out)
+
+
 @app.command(name="bench-store")
 def bench_store(
     base: Base = DEFAULT_BASE,

@@ -11,6 +11,7 @@ The forwards sharing those parameters (sequence layouts in `layout.py`):
     score(query, kvs)          query + score token against injected gist K/V   → (N,) online path
     score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
     score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
+    query_states(query, items) either of the two, plus the query's output at every layer (distillation)
     score_packed(items, qs)    item (+ gists) + many queries per row           → training throughput
     compress_prefix(items)     K/V of the item's first t + k tokens: the matched-budget baseline
     autoencode_loss(items)     item + gists + prompt + item head, gist mask    → training objective
@@ -296,9 +297,14 @@ class GistReranker(nn.Module):
         return self.lm.get_decoder()
 
     def _forward_rows(
-        self, rows: list[torch.Tensor], item_lens: torch.Tensor | None, item_visibility: float = 0.0
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-pad rows of embeddings and run the decoder → (hidden (N, S, D), seq_lens (N,)).
+        self,
+        rows: list[torch.Tensor],
+        item_lens: torch.Tensor | None,
+        item_visibility: float = 0.0,
+        all_layers: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Right-pad rows of embeddings and run the decoder → (last hidden (N, S, D), seq_lens (N,),
+        each layer's output (N, S, D) when `all_layers`, else ()).
 
         item_lens None: plain causal (full context). Otherwise the gist mask over rows laid out as
         item + gists + tail, optionally softened by `item_visibility` (mask curriculum)."""
@@ -314,8 +320,11 @@ class GistReranker(nn.Module):
             if item_visibility > 0:
                 leak = layout.cut_block(item_lens, k, total, t) & layout.full_mask(seq_lens, total)
                 mask = layout.with_item_visibility(mask, leak, item_visibility)
-        hidden = self._decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask)
-        return hidden.last_hidden_state, seq_lens
+        out = self._decoder()(
+            inputs_embeds=embeds, position_ids=positions, attention_mask=mask, output_hidden_states=all_layers
+        )
+        layers = tuple(out.hidden_states[1:]) if all_layers else ()  # [0] is the input embeddings
+        return out.last_hidden_state, seq_lens, layers
 
     def _score_last(self, hidden: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
         """Relevance logit of each row's last real token (the score token) → (N,) float32."""
@@ -329,20 +338,43 @@ class GistReranker(nn.Module):
         """Training-layout reference: item + gists + query + score token under the gist mask → (N,).
 
         `item_visibility` > 0 lets the query partly read the item (mask curriculum, training only)."""
-        q = self._query_tail(query)
-        item_ids, _ = self._item_ids(items)
-        rows = [torch.cat([self._embed(ids), self.gist_embeddings, q]) for ids in item_ids]
-        item_lens = torch.tensor([len(ids) for ids in item_ids], device=self.device)
-        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            return self._score_last(*self._forward_rows(rows, item_lens, item_visibility))
+        return self._score_tail(query, items, False, item_visibility)[0]
 
     def score_full(self, query: str, items: Sequence[str]) -> torch.Tensor:
         """Full-context cross-encoder (no gists): item + query + score token, plain causal → (N,)."""
-        q = self._query_tail(query)
+        return self._score_tail(query, items, True)[0]
+
+    def query_states(
+        self, query: str, items: Sequence[str], full: bool, item_visibility: float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`score_full` (or `score_masked`) scores (N,) and the query + score token's output of every
+        layer (N, L, ℓ, D): what hidden-state distillation compares between a student reading only
+        gists and a teacher reading the whole item."""
+        return self._score_tail(query, items, full, item_visibility, all_layers=True)
+
+    def _score_tail(
+        self,
+        query: str,
+        items: Sequence[str],
+        full: bool,
+        item_visibility: float = 0.0,
+        all_layers: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of item (+ gists unless `full`) + query + score token → (scores (N,), the tail's layer
+        outputs (N, L, ℓ, D) when `all_layers`, else an empty tensor)."""
+        q = self._query_tail(query)  # (ℓ, D)
         item_ids, _ = self._item_ids(items)
-        rows = [torch.cat([self._embed(ids), q]) for ids in item_ids]
+        gists = [] if full else [self.gist_embeddings]
+        rows = [torch.cat([self._embed(ids), *gists, q]) for ids in item_ids]
+        item_lens = None if full else torch.tensor([len(ids) for ids in item_ids], device=self.device)
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            return self._score_last(*self._forward_rows(rows, None))
+            hidden, seq_lens, layers = self._forward_rows(rows, item_lens, item_visibility, all_layers)
+            scores = self._score_last(hidden, seq_lens)
+            if not all_layers:
+                return scores, scores.new_empty(0)
+            tail = seq_lens[:, None] - q.shape[0] + torch.arange(q.shape[0], device=self.device)  # (N, ℓ)
+            rows_idx = torch.arange(len(rows), device=self.device)[:, None]
+            return scores, torch.stack([h[rows_idx, tail] for h in layers], dim=1)
 
     def score_packed(
         self,
@@ -402,7 +434,7 @@ class GistReranker(nn.Module):
             for ids, t in zip(item_ids, targets, strict=True)
         ]
         item_lens = torch.tensor([len(ids) for ids in item_ids], device=self.device)
-        hidden, _ = self._forward_rows(rows, item_lens, item_visibility)
+        hidden, _, _ = self._forward_rows(rows, item_lens, item_visibility)
         k, p = self.gist.num_gist, prompt.shape[0]
         losses = []
         for row, (j, t) in enumerate(zip(item_lens.tolist(), targets, strict=True)):

@@ -5,6 +5,8 @@ Student: `score_masked` (item + gists + query under the gist mask — the traini
 inference layout) with any mix of:
     listwise / pointwise label losses      what the labels say
     distill       KL to the teacher's scores over each query's candidates (dense, graded signal)
+    hidden_distill  the query's output at every layer, reading gists, pulled towards the teacher's
+                  reading the whole item (ℓ × L vectors per pair instead of one score)
     autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets)
     mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
     length curriculum  items capped short first, the cap grown to max_item_tokens
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -62,6 +64,7 @@ class TrainConfig(BaseModel):
     pointwise: float = 0.0
     distill: float = 0.0
     distill_temperature: float = 1.0
+    hidden_distill: float = Field(0.0, description="weight of hidden_distill_loss (needs the teacher)")
     autoencode: float = 0.0
     autoencode_tokens: int = 64
     autoencode_items: int = Field(8, description="items per step for the autoencoding loss")
@@ -71,6 +74,12 @@ class TrainConfig(BaseModel):
     min_item_tokens: int = 128
     checkpoint_every: int = 50
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _compatible(self) -> TrainConfig:
+        if self.hidden_distill and self.pack_queries:
+            raise ValueError("hidden_distill compares one query per row: it needs pack_queries=False")
+        return self
 
 
 def item_visibility(cfg: TrainConfig, step: int) -> float:
@@ -102,6 +111,12 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: floa
     return (t.exp() * (t - s)).sum() * temperature**2
 
 
+def hidden_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean over pairs, layers and query tokens of ‖s − t‖² / ‖t‖² — states (N, L, ℓ, D). Relative, so
+    that layers whose states grow large do not drown the rest."""
+    return ((student - teacher).pow(2).sum(-1) / teacher.pow(2).sum(-1).clamp_min(1e-6)).mean()
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, data: RelevanceSet, out: Path, device: str | None = None) -> None:
         self.cfg, self.data, self.out = cfg, data, Path(out)
@@ -109,9 +124,9 @@ class Trainer:
         if cfg.train_body and cfg.lora_rank and not self.model.has_lora:
             self.model.add_lora(cfg.lora_rank, cfg.lora_alpha, seed=cfg.seed)
         self.teacher = None
-        if cfg.distill > 0:
+        if cfg.distill > 0 or cfg.hidden_distill > 0:
             if cfg.teacher is None:
-                raise ValueError("distill > 0 needs a teacher checkpoint")
+                raise ValueError("distill > 0 or hidden_distill > 0 needs a teacher checkpoint")
             self.teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=0.0)
         self.queries = [
@@ -189,13 +204,17 @@ class Trainer:
 
     def _scores(
         self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool, vis: float
-    ) -> list[torch.Tensor]:
-        """(C_q,) logits per picked (query text, candidate texts): one row per pair, or, when packing,
-        one row per distinct item holding every query it is a candidate of."""
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(C_q,) logits per picked (query text, candidate texts) and, for hidden_distill, the query's
+        layer outputs (C_q, L, ℓ, D) — else empty. One row per pair, or, when packing, one row per
+        distinct item holding every query it is a candidate of."""
+        if self.cfg.hidden_distill:
+            outs = [model.query_states(query, texts, full, vis) for query, texts in picks]
+            return [scores for scores, _ in outs], [states for _, states in outs]
         if not self.cfg.pack_queries:
             if full:
-                return [model.score_full(query, texts) for query, texts in picks]
-            return [model.score_masked(query, texts, item_visibility=vis) for query, texts in picks]
+                return [model.score_full(query, texts) for query, texts in picks], []
+            return [model.score_masked(query, texts, item_visibility=vis) for query, texts in picks], []
         slots: dict[str, list[tuple[int, int]]] = {}
         for qi, (_, texts) in enumerate(picks):
             for ci, text in enumerate(texts):
@@ -206,7 +225,7 @@ class Trainer:
         for text, scores in zip(items, model.score_packed(items, queries, full, vis), strict=True):
             for (qi, ci), score in zip(slots[text], scores, strict=True):
                 grid[qi][ci] = score
-        return [torch.stack(row) for row in grid]  # type: ignore[arg-type]
+        return [torch.stack(row) for row in grid], []  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------------------------ steps
     def train_step(self) -> dict[str, float]:
@@ -219,11 +238,13 @@ class Trainer:
         drawn = [(query, self._sample(query.query_id)) for query in self._draw_queries()]
         items_seen = [item_id for _, cands in drawn for item_id, _ in cands]
         picks = [(query.text, [self._capped_text(i, cap) for i, _ in cands]) for query, cands in drawn]
-        all_scores = self._scores(model, picks, cfg.role == "teacher", vis)
-        references = [None] * len(picks)
+        all_scores, states = self._scores(model, picks, cfg.role == "teacher", vis)
+        references, reference_states = [None] * len(picks), []
         if self.teacher is not None:
             with torch.no_grad():
-                references = self._scores(self.teacher, picks, True, 0.0)
+                references, reference_states = self._scores(self.teacher, picks, True, 0.0)
+        for mine, theirs in zip(states, reference_states, strict=True):
+            _add(parts, "hidden_distill", cfg.hidden_distill * hidden_distill_loss(mine, theirs))
         for (_, cands), scores, reference in zip(drawn, all_scores, references, strict=True):
             labels = torch.tensor([float(label) for _, label in cands], device=model.device)
             # free signs of life: does the top score land on the best label, do scores differ at all
@@ -234,7 +255,7 @@ class Trainer:
             if cfg.pointwise:
                 bce = torch.nn.functional.binary_cross_entropy_with_logits(scores, labels / labels.max())
                 _add(parts, "pointwise", cfg.pointwise * bce)
-            if reference is not None:
+            if reference is not None and cfg.distill:
                 _add(parts, "distill", cfg.distill * distill_loss(scores, reference, cfg.distill_temperature))
         n_queries = min(cfg.queries_per_step, len(self.queries))
         loss = sum(parts.values()) / n_queries

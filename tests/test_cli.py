@@ -87,6 +87,25 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 @pytest.mark.redis
+def test_bench_packing_compares_pairs_per_second(tiny_base: Path, tmp_path: Path) -> None:
+    out = tmp_path / "packing.json"
+    args = ["bench-packing", "--base", str(tiny_base), "--items", "3", "--num-gist", "2"]
+    args += ["--dtype", "float32", "--max-item-tokens", "48", "--out", str(out)]
+    args += ["--queries-per-item", "1", "--queries-per-item", "3"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["queries_per_item"] for r in rows] == [1, 3]
+    for r in rows:
+        assert r["items"] == 3 and r["unpacked_pairs_per_s"] > 0 and r["packed_pairs_per_s"] > 0
+        assert r["speedup"] == r["packed_pairs_per_s"] / r["unpacked_pairs_per_s"]
+    span = rows[0]["mean_item_tokens"] + 2
+    assert rows[0]["ideal_speedup"] == pytest.approx(1.0)  # one query per row: nothing to share
+    assert rows[1]["ideal_speedup"] == pytest.approx(
+        3 * (span + rows[1]["mean_online_tokens"]) / (span + 3 * rows[1]["mean_online_tokens"])
+    )
+
+
 def test_bench_store_measures_every_path(tiny_base: Path, tmp_path: Path) -> None:
     out = tmp_path / "store.json"
     args = ["bench-store", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]

@@ -14,6 +14,7 @@ from reranker.relevance_data import RelevanceSet
 from reranker.train import (
     TrainConfig,
     Trainer,
+    hidden_distill_loss,
     item_token_cap,
     item_visibility,
     listwise_loss,
@@ -203,3 +204,32 @@ def test_packed_training_matches_unpacked_losses(tiny_base: Path, data: Relevanc
         assert abs(a[key] - b[key]) <= 1e-4 * max(1.0, abs(b[key])), key
     distinct = {item_id for q in drawn for item_id, _ in data.candidates(q.query_id)}
     assert len(distinct) < sum(len(data.candidates(q.query_id)) for q in drawn)  # the draw overlaps
+
+
+def test_hidden_distillation_pulls_the_query_states_towards_the_teacher(
+    tiny_base: Path, data: RelevanceSet, tmp_path: Path
+) -> None:
+    """Warm-started from the teacher, the student differs from it only in reading gists instead of the
+    item; hidden-state distillation (alone, no label loss) shrinks that difference."""
+    teacher_out = tmp_path / "teacher"
+    Trainer(config(tiny_base, role="teacher", steps=3), data, teacher_out, device="cpu").fit(progress=False)
+    teacher = str(teacher_out / "checkpoint")
+    cfg = config(tiny_base, steps=25, init=teacher, teacher=teacher, listwise=0.0, hidden_distill=1.0)
+    curve = Trainer(cfg, data, tmp_path / "student", device="cpu").fit(progress=False)
+    start, end = first_and_last(curve, "hidden_distill")
+    assert end < 0.7 * start, (start, end)
+
+
+def test_hidden_distill_loss_is_relative_and_zero_only_at_the_target() -> None:
+    teacher = torch.randn(3, 2, 4, 8)
+    assert float(hidden_distill_loss(teacher, teacher)) == 0.0
+    assert float(hidden_distill_loss(torch.zeros_like(teacher), teacher)) == pytest.approx(1.0)
+    assert float(hidden_distill_loss(2 * teacher, teacher)) == pytest.approx(1.0)
+    assert float(hidden_distill_loss(100 * teacher, 100 * teacher + 100)) == pytest.approx(
+        float(hidden_distill_loss(teacher, teacher + 1)), rel=1e-5
+    )
+
+
+def test_hidden_distillation_needs_one_query_per_row() -> None:
+    with pytest.raises(ValueError, match="pack_queries=False"):
+        TrainConfig(gist=GIST, hidden_distill=1.0, pack_queries=True)

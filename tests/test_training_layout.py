@@ -125,3 +125,19 @@ def test_packed_item_visibility_matches_the_single_query_curriculum(tiny_model: 
     torch.testing.assert_close(torch.cat(packed), alone, rtol=1e-4, atol=1e-5)
     with pytest.raises(EmptyInputError, match="at least one query"):
         tiny_model.score_packed(ITEMS[:1], [[]])
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_query_states_are_the_scored_forward(tiny_model: GistReranker, full: bool) -> None:
+    """The tail states gathered for hidden-state distillation are the query's own: their last layer at
+    the score token, through the final norm and the head, is exactly the score."""
+    scores, states = tiny_model.query_states(QUERY, ITEMS, full)
+    reference = tiny_model.score_full(QUERY, ITEMS) if full else tiny_model.score_masked(QUERY, ITEMS)
+    torch.testing.assert_close(scores, reference)
+    ell = len(tiny_model.query_ids(QUERY)) + 1
+    assert states.shape == (len(ITEMS), tiny_model.num_layers, ell, tiny_model.lm.config.hidden_size)
+    rescored = tiny_model.head(tiny_model._decoder().norm(states[:, -1, -1])).squeeze(-1)
+    torch.testing.assert_close(rescored, reference, rtol=1e-5, atol=1e-6)
+    # every item is a different length, so a gather off by one row position would not pass above;
+    # and the query's states do depend on the item (through the gists or directly)
+    assert not torch.allclose(states[0, -1], states[1, -1], rtol=1e-3)

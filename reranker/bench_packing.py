@@ -1,0 +1,106 @@
+"""Training-throughput benchmark of query packing: student pairs/s, forward + backward, of one row per
+(query, item) pair (`score_masked` per query, the unpacked trainer) against one row per item holding m
+queries (`score_packed`, `TrainConfig.pack_queries`), on the same synthetic items and queries.
+
+Per pair the unpacked row runs j + k + ℓ positions, the packed row (j + k + mℓ)/m, so the ideal
+speed-up (linear cost, attention's quadratic term ignored) is m(j + k + ℓ)/(j + k + mℓ).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from tqdm.auto import tqdm
+
+from reranker.config import GistConfig, resolve_dtype
+from reranker.data_synth import generate
+from reranker.model import GistReranker
+
+
+def _seconds(step: Callable[[], torch.Tensor], repeats: int) -> float:
+    """Mean seconds of forward (returning a scalar) + backward over `repeats` runs."""
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step().backward()
+    return (time.perf_counter() - start) / repeats
+
+
+def run_packing_bench(
+    base: str,
+    items: int,
+    queries_per_item: list[int],
+    num_gist: int,
+    max_item_tokens: int,
+    lora_rank: int,
+    dtype: str,
+    repeats: int,
+    out: Path,
+) -> list[dict]:
+    console = Console()
+    dtype = resolve_dtype(dtype)
+    gist = GistConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=max_item_tokens)
+    model = GistReranker.from_pretrained(base, gist)
+    if lora_rank:
+        model.add_lora(lora_rank, alpha=2.0 * lora_rank)
+    model.train()
+    data = generate(0, max(10, items), queries_per_product=4, length_tokens=(100, max(120, max_item_tokens)))
+    texts = [item.text for item in list(data.items.values())[:items]]
+    queries = [q.text for q in data.queries[: max(queries_per_item)]]
+    item_ids, _ = model._item_ids(texts)
+    mean_j = sum(len(ids) for ids in item_ids) / len(item_ids)
+    model.score_masked(queries[0], texts).sum().backward()  # warm-up: first-call allocations
+    rows = []
+    for m in tqdm(queries_per_item, desc="queries per item", unit="m"):
+        qs = queries[:m]
+        mean_ell = sum(len(model.query_ids(q)) + 1 for q in qs) / m
+
+        def unpacked(qs: list[str] = qs) -> torch.Tensor:
+            return sum(model.score_masked(q, texts).sum() for q in qs)
+
+        def packed(qs: list[str] = qs) -> torch.Tensor:
+            return sum(s.sum() for s in model.score_packed(texts, [qs] * len(texts)))
+
+        pairs = m * len(texts)
+        plain_rate = pairs / _seconds(unpacked, repeats)
+        packed_rate = pairs / _seconds(packed, repeats)
+        span = mean_j + num_gist
+        ideal = m * (span + mean_ell) / (span + m * mean_ell)
+        rows.append(
+            {
+                "queries_per_item": m,
+                "items": len(texts),
+                "mean_item_tokens": mean_j,
+                "mean_online_tokens": mean_ell,
+                "unpacked_pairs_per_s": plain_rate,
+                "packed_pairs_per_s": packed_rate,
+                "speedup": packed_rate / plain_rate,
+                "ideal_speedup": ideal,
+            }
+        )
+    model.zero_grad(set_to_none=True)
+    table = Table(
+        title=f"training pairs/s, forward + backward — {len(texts)} items, j̄={mean_j:.0f}, k={num_gist}, "
+        f"LoRA r={lora_rank}, {dtype}, {model.device}"
+    )
+    for col in ("queries/item", "unpacked pairs/s", "packed pairs/s", "speed-up", "ideal"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["queries_per_item"]),
+            f"{r['unpacked_pairs_per_s']:.2f}",
+            f"{r['packed_pairs_per_s']:.2f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['ideal_speedup']:.2f}x",
+        )
+    console.print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    console.print(f"wrote {out}")
+    return rows
