@@ -220,14 +220,13 @@ def test_hidden_distillation_pulls_the_query_states_towards_the_teacher(
     assert end < 0.7 * start, (start, end)
 
 
-def test_hidden_distill_loss_is_relative_and_zero_only_at_the_target() -> None:
+def test_hidden_distill_loss_is_a_bounded_direction_distance() -> None:
     teacher = torch.randn(3, 2, 4, 8)
-    assert float(hidden_distill_loss(teacher, teacher)) == 0.0
-    assert float(hidden_distill_loss(torch.zeros_like(teacher), teacher)) == pytest.approx(1.0)
-    assert float(hidden_distill_loss(2 * teacher, teacher)) == pytest.approx(1.0)
-    assert float(hidden_distill_loss(100 * teacher, 100 * teacher + 100)) == pytest.approx(
-        float(hidden_distill_loss(teacher, teacher + 1)), rel=1e-5
-    )
+    assert float(hidden_distill_loss(teacher, teacher)) == pytest.approx(0.0, abs=1e-6)
+    assert float(hidden_distill_loss(-teacher, teacher)) == pytest.approx(2.0)
+    huge = teacher.clone()
+    huge[0, 0, 0] *= -1e4  # one outlier token costs at most its share, not the whole loss
+    assert float(hidden_distill_loss(huge, teacher)) == pytest.approx(2.0 / (3 * 2 * 4))
 
 
 def test_hidden_distillation_needs_one_query_per_row() -> None:
