@@ -1,6 +1,8 @@
 """Training-throughput benchmark of query packing: student pairs/s, forward + backward, of one row per
 (query, item) pair (`score_masked` per query, the unpacked trainer) against one row per item holding m
-queries (`score_packed`, `TrainConfig.pack_queries`), on the same synthetic items and queries.
+queries (`score_packed`, `TrainConfig.pack_queries`), on the same synthetic items and queries. The
+unpacked side backpropagates query by query (gradient accumulation), so it never holds more than one
+query's activations.
 
 Per pair the unpacked row runs j + k + ℓ positions, the packed row (j + k + mℓ)/m, so the ideal
 speed-up (linear cost, attention's quadratic term ignored) is m(j + k + ℓ)/(j + k + mℓ).
@@ -23,11 +25,11 @@ from reranker.data_synth import generate
 from reranker.model import GistReranker
 
 
-def _seconds(step: Callable[[], torch.Tensor], repeats: int) -> float:
-    """Mean seconds of forward (returning a scalar) + backward over `repeats` runs."""
+def _seconds(step: Callable[[], None], repeats: int) -> float:
+    """Mean seconds of `step` (forwards and backwards) over `repeats` runs."""
     start = time.perf_counter()
     for _ in range(repeats):
-        step().backward()
+        step()
     return (time.perf_counter() - start) / repeats
 
 
@@ -60,11 +62,12 @@ def run_packing_bench(
         qs = queries[:m]
         mean_ell = sum(len(model.query_ids(q)) + 1 for q in qs) / m
 
-        def unpacked(qs: list[str] = qs) -> torch.Tensor:
-            return sum(model.score_masked(q, texts).sum() for q in qs)
+        def unpacked(qs: list[str] = qs) -> None:
+            for q in qs:  # backward per query (gradient accumulation): one query's activations at a time
+                model.score_masked(q, texts).sum().backward()
 
-        def packed(qs: list[str] = qs) -> torch.Tensor:
-            return sum(s.sum() for s in model.score_packed(texts, [qs] * len(texts)))
+        def packed(qs: list[str] = qs) -> None:
+            torch.stack([s.sum() for s in model.score_packed(texts, [qs] * len(texts))]).sum().backward()
 
         pairs = m * len(texts)
         plain_rate = pairs / _seconds(unpacked, repeats)
