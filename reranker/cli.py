@@ -193,9 +193,12 @@ def curves(
     runs: Annotated[list[str], typer.Argument(help="LABEL=RUN_DIR per training run (split at the last '=')")],
     out: Annotated[Path, typer.Option(help="PNG to write")] = Path("runs/curves.png"),
     smooth: Annotated[int, typer.Option(help="running-mean window in steps")] = 5,
+    key: Annotated[
+        list[str] | None, typer.Option(help="curve.jsonl field, one panel each (repeatable)")
+    ] = None,
 ) -> None:
-    """Learning curves of several training runs side by side (loss, batch acc@1, score spread)."""
-    from reranker.train import plot_curves
+    """Learning curves of several training runs side by side (default: loss, batch acc@1, score spread)."""
+    from reranker.train import CURVE_KEYS, plot_curves
 
     pairs = [run.rsplit("=", 1) for run in runs]  # labels may hold "=" (k=8), folders rarely do
     if any(len(p) != 2 or not p[0] for p in pairs):
@@ -203,7 +206,7 @@ def curves(
     for label, run in pairs:
         if not (Path(run) / "curve.jsonl").is_file():
             raise typer.BadParameter(f"{label}: {run}/curve.jsonl does not exist")
-    typer.echo(plot_curves({label: Path(run) for label, run in pairs}, out, smooth))
+    typer.echo(plot_curves({label: Path(run) for label, run in pairs}, out, smooth, tuple(key or CURVE_KEYS)))
 
 
 @app.command(name="eval")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -42,6 +43,7 @@ from reranker.relevance_data import Query, RelevanceSet
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
+CURVE_KEYS = ("loss", "batch_acc@1", "score_spread")
 
 
 class TrainConfig(BaseModel):
@@ -342,16 +344,17 @@ def _add(parts: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None
     parts[name] = parts[name] + value if name in parts else value
 
 
-def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5) -> Path:
-    """Learning curves of several runs (label → run folder) in one PNG: total loss, batch acc@1 and
-    within-query score spread per step, each a running mean over `smooth` steps."""
+def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5, keys: Sequence[str] = CURVE_KEYS) -> Path:
+    """Learning curves of several runs (label → run folder) in one PNG, one panel per logged field
+    (default: total loss, batch acc@1 and within-query score spread), each a running mean over
+    `smooth` steps. A run that did not log a field has no line in its panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = ("loss", "batch_acc@1", "score_spread")
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4))
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
+    axes = axes[0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (label, run) in enumerate(runs.items()):
         curve = [json.loads(line) for line in (Path(run) / "curve.jsonl").read_text().splitlines()]

@@ -63,6 +63,10 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["curves", *runs, "--out", str(png)])
     assert result.exit_code == 0, result.output
     assert png.is_file()
+    one_panel = tmp_path / "listwise.png"  # a single chosen field: one panel
+    result = runner.invoke(app, ["curves", *runs, "--out", str(one_panel), "--key", "listwise"])
+    assert result.exit_code == 0, result.output
+    assert one_panel.read_bytes()[:4] == b"\x89PNG"
     result = runner.invoke(app, ["curves", f"missing={tmp_path / 'nowhere'}"])
     unboxed = "".join(c for c in result.output if c not in "│ \n")  # rich wraps the message in a box
     assert result.exit_code != 0 and "curve.jsonldoesnotexist" in unboxed
