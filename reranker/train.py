@@ -6,7 +6,8 @@ inference layout) with any mix of:
     listwise / pointwise label losses      what the labels say
     distill       KL to the teacher's scores over each query's candidates (dense, graded signal)
     hidden_distill  the query's output at every layer, reading gists, pulled towards the teacher's
-                  reading the whole item (ℓ × L vectors per pair instead of one score)
+                  reading the whole item (ℓ × L vectors per pair instead of one score); `centered`
+                  matches only what differs between a query's candidates (the item-specific part)
     autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets)
     mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
     length curriculum  items capped short first, the cap grown to max_item_tokens
@@ -67,6 +68,7 @@ class TrainConfig(BaseModel):
     distill: float = 0.0
     distill_temperature: float = 1.0
     hidden_distill: float = Field(0.0, description="weight of hidden_distill_loss (needs the teacher)")
+    hidden_distill_centered: bool = Field(False, description="match only the item-specific part")
     autoencode: float = 0.0
     autoencode_tokens: int = 64
     autoencode_items: int = Field(8, description="items per step for the autoencoding loss")
@@ -113,10 +115,20 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: floa
     return (t.exp() * (t - s)).sum() * temperature**2
 
 
-def hidden_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Mean over pairs, layers and query tokens of 1 − cos(s, t) — states (N, L, ℓ, D). Cosine, not a
-    squared error: a student whose query cannot see BOS grows massive "attention sink" activations
-    (5× the teacher's norm) on a few query tokens, and a squared error is then about those tokens only."""
+def hidden_distill_loss(student: torch.Tensor, teacher: torch.Tensor, centered: bool = False) -> torch.Tensor:
+    """How far one query's states (C, L, ℓ, D) over its C candidates are from the teacher's.
+
+    Plain: mean over pairs, layers and tokens of 1 − cos(s, t). Cosine, not a squared error: a student
+    whose query cannot see BOS grows massive "attention sink" activations (5× the teacher's norm) on a
+    few query tokens, and a squared error is then about those tokens only.
+
+    Centered: ‖s̃ − t̃‖² / ‖t̃‖² summed over everything, where x̃ = x − mean over the C candidates. Only
+    ~2.5% of the teacher's state energy varies with the item (reports/quality.md), so the plain loss is
+    nearly all about what every candidate shares; this one is 1.0 for a student that ignores its item
+    and 0 when it reproduces every item's effect. Sinks, being the same for every candidate, cancel."""
+    if centered:
+        s, t = student - student.mean(0), teacher - teacher.mean(0)
+        return (s - t).pow(2).sum() / t.pow(2).sum().clamp_min(1e-12)
     return (1.0 - torch.nn.functional.cosine_similarity(student, teacher, dim=-1)).mean()
 
 
@@ -247,7 +259,8 @@ class Trainer:
             with torch.no_grad():
                 references, reference_states = self._scores(self.teacher, picks, True, 0.0)
         for mine, theirs in zip(states, reference_states, strict=True):
-            _add(parts, "hidden_distill", cfg.hidden_distill * hidden_distill_loss(mine, theirs))
+            gap = hidden_distill_loss(mine, theirs, cfg.hidden_distill_centered)
+            _add(parts, "hidden_distill", cfg.hidden_distill * gap)
         for (_, cands), scores, reference in zip(drawn, all_scores, references, strict=True):
             labels = torch.tensor([float(label) for _, label in cands], device=model.device)
             # free signs of life: does the top score land on the best label, do scores differ at all

@@ -214,10 +214,12 @@ def test_hidden_distillation_pulls_the_query_states_towards_the_teacher(
     teacher_out = tmp_path / "teacher"
     Trainer(config(tiny_base, role="teacher", steps=3), data, teacher_out, device="cpu").fit(progress=False)
     teacher = str(teacher_out / "checkpoint")
-    cfg = config(tiny_base, steps=25, init=teacher, teacher=teacher, listwise=0.0, hidden_distill=1.0)
-    curve = Trainer(cfg, data, tmp_path / "student", device="cpu").fit(progress=False)
-    start, end = first_and_last(curve, "hidden_distill")
-    assert end < 0.7 * start, (start, end)
+    for centered in (False, True):
+        cfg = config(tiny_base, steps=25, init=teacher, teacher=teacher, listwise=0.0, hidden_distill=1.0)
+        cfg = cfg.model_copy(update={"hidden_distill_centered": centered})
+        curve = Trainer(cfg, data, tmp_path / f"student-{centered}", device="cpu").fit(progress=False)
+        start, end = first_and_last(curve, "hidden_distill")
+        assert end < 0.7 * start, (centered, start, end)
 
 
 def test_hidden_distill_loss_is_a_bounded_direction_distance() -> None:
@@ -227,6 +229,17 @@ def test_hidden_distill_loss_is_a_bounded_direction_distance() -> None:
     huge = teacher.clone()
     huge[0, 0, 0] *= -1e4  # one outlier token costs at most its share, not the whole loss
     assert float(hidden_distill_loss(huge, teacher)) == pytest.approx(2.0 / (3 * 2 * 4))
+
+
+def test_centered_hidden_distill_loss_counts_only_item_specific_differences() -> None:
+    teacher = torch.randn(4, 2, 3, 8)  # 4 candidates
+    shared = torch.randn(2, 3, 8) * 100  # e.g. a sink: the same for every candidate
+    assert float(hidden_distill_loss(teacher + shared, teacher, centered=True)) == pytest.approx(
+        0.0, abs=1e-6
+    )
+    ignores_item = teacher.mean(0, keepdim=True).expand_as(teacher)
+    assert float(hidden_distill_loss(ignores_item, teacher, centered=True)) == pytest.approx(1.0)
+    assert float(hidden_distill_loss(teacher + shared, teacher)) > 0.1  # the plain loss does see it
 
 
 def test_hidden_distillation_needs_one_query_per_row() -> None:
