@@ -89,8 +89,6 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "demo" / "kafka" / "broker.pid").exists()  # the broker was stopped
 
 
-@pytest.mark.kafka
-@pytest.mark.redis
 def test_bench_packing_compares_pairs_per_second(tiny_base: Path, tmp_path: Path) -> None:
     out = tmp_path / "packing.json"
     args = ["bench-packing", "--base", str(tiny_base), "--items", "3", "--num-gist", "2"]
@@ -110,6 +108,8 @@ def test_bench_packing_compares_pairs_per_second(tiny_base: Path, tmp_path: Path
     )
 
 
+@pytest.mark.kafka
+@pytest.mark.redis
 def test_bench_store_measures_every_path(tiny_base: Path, tmp_path: Path) -> None:
     out = tmp_path / "store.json"
     args = ["bench-store", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
