@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -68,6 +69,32 @@ def _rate(fn, n: int, repeats: int, warmup: bool = True) -> float:
     return n * repeats / (time.perf_counter() - start)
 
 
+def model_meta(base: str, model: GistReranker, dtype: str) -> dict:
+    """What a benchmark's numbers depend on: base, device, CPU threads, dtype."""
+    return {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}
+
+
+def publish(
+    console: Console,
+    title: str,
+    columns: Sequence[str],
+    cells: list[list[str]],
+    meta: dict,
+    rows: list[dict],
+    out: Path,
+) -> None:
+    """Print the measured rows side by side (right-aligned table) and write {meta, rows} JSON to `out`."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in cells:
+        table.add_row(*row)
+    console.print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    console.print(f"wrote {out}")
+
+
 def run_score_bench(
     base: str,
     candidates: int,
@@ -110,23 +137,18 @@ def run_score_bench(
                 "fraction_of_ideal": gist_rate / full_rate / ideal,
             }
         )
-    table = Table(
-        title=f"score vs score_full — N={candidates}, ℓ={ell}, k={num_gist}, {dtype}, {model.device}"
-    )
-    for col in ("j", "gist cand/s", "full cand/s", "speed-up", "ideal (j+ℓ)/ℓ", "of ideal"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
+    title = f"score vs score_full — N={candidates}, ℓ={ell}, k={num_gist}, {dtype}, {model.device}"
+    columns = ("j", "gist cand/s", "full cand/s", "speed-up", "ideal (j+ℓ)/ℓ", "of ideal")
+    cells = [
+        [
             str(r["item_tokens"]),
             f"{r['gist_candidates_per_s']:.1f}",
             f"{r['full_candidates_per_s']:.2f}",
             f"{r['speedup']:.1f}x",
             f"{r['ideal_speedup']:.1f}x",
             f"{r['fraction_of_ideal']:.2f}",
-        )
-    console.print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    console.print(f"wrote {out}")
+        ]
+        for r in rows
+    ]
+    publish(console, title, columns, cells, model_meta(base, model, dtype), rows, out)
     return rows

@@ -10,16 +10,15 @@ speed-up (linear cost, attention's quadratic term ignored) is m(j + k + ℓ)/(j 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.table import Table
 from tqdm.auto import tqdm
 
+from reranker.bench import model_meta, publish
 from reranker.config import GistConfig, resolve_dtype
 from reranker.data_synth import generate
 from reranker.model import GistReranker
@@ -86,24 +85,20 @@ def run_packing_bench(
                 "ideal_speedup": ideal,
             }
         )
-    model.zero_grad(set_to_none=True)
-    table = Table(
-        title=f"training pairs/s, forward + backward — {len(texts)} items, j̄={mean_j:.0f}, k={num_gist}, "
+    title = (
+        f"training pairs/s, forward + backward — {len(texts)} items, j̄={mean_j:.0f}, k={num_gist}, "
         f"LoRA r={lora_rank}, {dtype}, {model.device}"
     )
-    for col in ("queries/item", "unpacked pairs/s", "packed pairs/s", "speed-up", "ideal"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
+    columns = ("queries/item", "unpacked pairs/s", "packed pairs/s", "speed-up", "ideal")
+    cells = [
+        [
             str(r["queries_per_item"]),
             f"{r['unpacked_pairs_per_s']:.2f}",
             f"{r['packed_pairs_per_s']:.2f}",
             f"{r['speedup']:.2f}x",
             f"{r['ideal_speedup']:.2f}x",
-        )
-    console.print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    console.print(f"wrote {out}")
+        ]
+        for r in rows
+    ]
+    publish(console, title, columns, cells, model_meta(base, model, dtype), rows, out)
     return rows
