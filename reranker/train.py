@@ -191,15 +191,19 @@ class Trainer:
             self._token_ids[item_id] = self.model.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.model.tokenizer.decode(self._token_ids[item_id][: cap - 1])
 
-    def _sample(self, query_id: str) -> list[tuple[str, int]]:
-        """Every relevant candidate of the query (up to the budget), the rest drawn from its negatives."""
+    def _sample(self, query_id: str, in_step: set[str]) -> list[tuple[str, int]]:
+        """Every relevant candidate of the query (up to the budget), the rest drawn from its negatives,
+        first from those already in the step (`in_step`, when packing). Drawn independently, a query's
+        8 of 24 judged candidates rarely meet another query's 8: packed rows held 1.2–1.3 pairs on the
+        synthetic set (2–8 queries per step), 1.2–1.7 with this preference."""
         cands = self.data.candidates(query_id)
         pos = [c for c in cands if c[1] > 0]
-        neg = [c for c in cands if c[1] == 0]
         n = self.cfg.candidates_per_query
         chosen = self.rng.sample(pos, min(len(pos), n - 1)) if len(pos) >= n else pos
-        chosen += self.rng.sample(neg, min(len(neg), n - len(chosen)))
-        return chosen
+        shared = [c for c in cands if c[1] == 0 and c[0] in in_step]
+        shared = self.rng.sample(shared, min(len(shared), n - len(chosen)))
+        rest = [c for c in cands if c[1] == 0 and c not in shared]
+        return chosen + shared + self.rng.sample(rest, min(len(rest), n - len(chosen) - len(shared)))
 
     def _draw_queries(self) -> list[Query]:
         """The step's queries: a random sample; when packing, a random anchor plus the queries whose
@@ -216,6 +220,16 @@ class Trainer:
         others = (q for q in self.queries if q is not anchor)
         ranked = sorted(others, key=lambda q: (-shared(q), self.rng.random()))
         return [anchor, *ranked[: n - 1]]
+
+    def _draw(self) -> list[tuple[Query, list[tuple[str, int]]]]:
+        """The step's queries, each with its (item id, label) candidates."""
+        drawn: list[tuple[Query, list[tuple[str, int]]]] = []
+        in_step: set[str] = set()
+        for query in self._draw_queries():
+            drawn.append((query, self._sample(query.query_id, in_step)))
+            if self.cfg.pack_queries:
+                in_step.update(item_id for item_id, _ in drawn[-1][1])
+        return drawn
 
     def _scores(
         self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool, vis: float
@@ -250,7 +264,7 @@ class Trainer:
         cap = item_token_cap(cfg, self.step)
         parts: dict[str, torch.Tensor] = {}
         hits, spread = 0.0, 0.0
-        drawn = [(query, self._sample(query.query_id)) for query in self._draw_queries()]
+        drawn = self._draw()
         items_seen = [item_id for _, cands in drawn for item_id, _ in cands]
         picks = [(query.text, [self._capped_text(i, cap) for i, _ in cands]) for query, cands in drawn]
         all_scores, states = self._scores(model, picks, cfg.role == "teacher", vis)
