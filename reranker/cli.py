@@ -209,6 +209,26 @@ def curves(
     typer.echo(plot_curves({label: Path(run) for label, run in pairs}, out, smooth, tuple(key or CURVE_KEYS)))
 
 
+@app.command()
+def probe(
+    teacher: Annotated[Path, typer.Option(help="teacher checkpoint (reads the whole item)")],
+    student: Annotated[Path, typer.Option(help="student checkpoint (reads its stored positions)")],
+    out: Annotated[Path, typer.Option(help="JSON to write")] = Path("runs/probe.json"),
+    data: Data = "synthetic",
+    seed: int = 0,
+    products: int = 200,
+    max_item_tokens: int = 512,
+    split: str = "test",
+    queries: int = 8,
+    candidates: int = 6,
+) -> None:
+    """Per layer: how much of the item reaches the student's query (centered gap; 1.0 = nothing), sinks."""
+    from reranker.probe import probe_states
+
+    relevance = _load_data(data, seed, products, max_item_tokens)
+    probe_states(relevance, teacher, student, out, split=split, queries=queries, candidates=candidates)
+
+
 @app.command(name="eval")
 def evaluate(
     teacher: Annotated[Path, typer.Option(help="teacher checkpoint (the reference ranking)")],

@@ -57,6 +57,18 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "| gist t=3 k=2 |" in result.output and "| prefix 4 · gist t=3 k=2 |" in result.output
     assert (tmp_path / "eval" / "results.json").is_file()
+    args = ["probe", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--queries", "2"]
+    args += [
+        "--student",
+        str(tmp_path / "student" / "checkpoint"),
+        "--out",
+        str(tmp_path / "probe.json"),
+        *common,
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "centered gap" in result.output and "t=3, k=2" in result.output
+    assert [r["layer"] for r in json.loads((tmp_path / "probe.json").read_text())["rows"]] == [1, 2, 3]
 
     png = tmp_path / "curves.png"
     runs = [f"teacher={tmp_path / 'teacher'}", f"student k=2={tmp_path / 'student'}"]  # '=' in a label

@@ -1,0 +1,94 @@
+"""Does the item reach the query through the stored positions? Layer by layer, a student's query states
+(reading its gists, or t + k prefix + gists) against the teacher's (reading the whole item).
+
+A ranking metric only says whether a student ranks; this says where item information is lost, before
+a student ranks at all — the instrument behind the pure-gist findings in reports/quality.md. Per layer,
+means over queries of each query's C candidates:
+
+* item share: ‖t̃‖² / ‖t‖², the part of the teacher's query state that varies with the item (x̃ = x minus
+  its mean over the query's candidates). Small: most of a query's state is the query itself.
+* gap (1 − cos) and centered gap (‖s̃ − t̃‖² / ‖t̃‖²): `train.hidden_distill_loss`, plain and centered.
+  The centered gap is 1.0 for a student whose query ignores its item, 0 when it has every item's effect.
+* peak token norm, student and teacher: a query token far above the teacher's is an attention sink
+  (the gist mask hides BOS from the query; `keep_item_prefix = 1` gives it back).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from tqdm.auto import tqdm
+
+from reranker.bench import publish
+from reranker.model import GistReranker
+from reranker.relevance_data import RelevanceSet
+from reranker.train import hidden_distill_loss
+
+
+def probe_states(
+    data: RelevanceSet,
+    teacher_path: str | Path,
+    student_path: str | Path,
+    out: Path,
+    split: str = "test",
+    queries: int = 8,
+    candidates: int = 6,
+    device: str | None = None,
+) -> list[dict]:
+    """One row per layer (JSON at `out`, table on the console). Each query contributes its `candidates`
+    best-labelled judged items (exact matches and their one-field hard negatives first)."""
+    if candidates < 2:
+        raise ValueError("the centered gap needs at least 2 candidates per query")
+    chosen = data.split(split).queries[:queries]
+    if not chosen:
+        raise ValueError(f"split {split!r} has no queries")
+    teacher = GistReranker.from_pretrained(teacher_path, device=device)
+    student = GistReranker.from_pretrained(student_path, device=device)
+    sums: list[dict[str, float]] = []
+    for query in tqdm(chosen, desc="probe queries"):
+        judged = sorted(data.candidates(query.query_id), key=lambda c: (-c[1], c[0]))[:candidates]
+        texts = [data.items[item_id].text for item_id, _ in judged]
+        with torch.inference_mode():
+            _, t = teacher.query_states(query.text, texts, full=True)  # (C, L, ℓ, D)
+            _, s = student.query_states(query.text, texts, full=False)
+        t, s = t.float(), s.float()
+        if not sums:
+            sums = [
+                dict.fromkeys(("share", "gap", "centered", "peak_s", "peak_t"), 0.0)
+                for _ in range(t.shape[1])
+            ]
+        for layer, acc in enumerate(sums):
+            sl, tl = s[:, layer : layer + 1], t[:, layer : layer + 1]
+            acc["share"] += float((tl - tl.mean(0)).pow(2).sum() / tl.pow(2).sum())
+            acc["gap"] += float(hidden_distill_loss(sl, tl))
+            acc["centered"] += float(hidden_distill_loss(sl, tl, centered=True))
+            acc["peak_s"] += float(sl.norm(dim=-1).max())
+            acc["peak_t"] += float(tl.norm(dim=-1).max())
+    rows = [
+        {"layer": layer + 1} | {key: value / len(chosen) for key, value in acc.items()}
+        for layer, acc in enumerate(sums)
+    ]
+    mean = {key: sum(r[key] for r in rows) / len(rows) for key in ("share", "gap", "centered")}
+    cells = [
+        [
+            str(r["layer"]),
+            f"{r['share']:.3f}",
+            f"{r['gap']:.3f}",
+            f"{r['centered']:.3f}",
+            f"{r['peak_s']:.0f}",
+            f"{r['peak_t']:.0f}",
+        ]
+        for r in rows
+    ]
+    cells.append(["mean", *(f"{mean[key]:.3f}" for key in ("share", "gap", "centered")), "", ""])
+    gist = student.gist
+    title = (
+        f"query states: student (t={gist.keep_item_prefix}, k={gist.num_gist}) vs teacher — "
+        f"{len(chosen)} {split} queries × {candidates} candidates"
+    )
+    columns = ("layer", "item share", "gap 1−cos", "centered gap", "peak norm S", "peak norm T")
+    meta = {"teacher": str(teacher_path), "student": str(student_path), "split": split, "mean": mean}
+    publish(Console(), title, columns, cells, meta, rows, out)
+    return rows

@@ -1,0 +1,62 @@
+"""`gistrank probe`: per-layer gaps between a student's query states and the teacher's, checked on
+students whose answer is known (one that reads the whole item, one whose query ignores its item)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_relevance_set
+
+from reranker import GistConfig, GistReranker
+from reranker.probe import probe_states
+
+GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+
+
+@pytest.fixture
+def checkpoint(tiny_base: Path, tmp_path: Path) -> Path:
+    return GistReranker.from_pretrained(str(tiny_base), GIST, device="cpu").save_pretrained(tmp_path / "ckpt")
+
+
+def test_probe_scores_a_perfect_and_an_item_blind_student(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tiny_relevance_set()
+    real = GistReranker.query_states
+    # teacher and student are the same checkpoint; the student's read of its stored positions is
+    # replaced by a known answer: the whole item (perfect), or every candidate's mean (item-blind)
+    student_view = {"perfect": lambda states: states, "blind": lambda s: s.mean(0, keepdim=True).expand_as(s)}
+    rows = {}
+    for name, view in student_view.items():
+
+        def states(self, query, items, full, item_visibility=0.0, view=view):
+            scores, tail = real(self, query, items, True)
+            return scores, tail if full else view(tail)
+
+        monkeypatch.setattr(GistReranker, "query_states", states)
+        out = tmp_path / f"{name}.json"
+        rows[name] = probe_states(data, checkpoint, checkpoint, out, queries=2, candidates=3, device="cpu")
+        assert json.loads(out.read_text())["rows"] == rows[name]
+    layers = GistReranker.from_pretrained(checkpoint, device="cpu").lm.config.num_hidden_layers
+    assert [r["layer"] for r in rows["perfect"]] == list(range(1, layers + 1))
+    for perfect, blind in zip(rows["perfect"], rows["blind"], strict=True):
+        assert 0.0 < perfect["share"] < 1.0 and perfect["share"] == pytest.approx(blind["share"])
+        assert perfect["gap"] == pytest.approx(0.0, abs=1e-6) and perfect["centered"] == pytest.approx(0.0)
+        assert perfect["peak_s"] == pytest.approx(perfect["peak_t"])
+        assert blind["centered"] == pytest.approx(1.0, rel=1e-5)  # knows nothing about its item
+        assert blind["gap"] > 0.0
+
+
+def test_probe_refuses_one_candidate(checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 2 candidates"):
+        probe_states(tiny_relevance_set(), checkpoint, checkpoint, tmp_path / "p.json", candidates=1)
+
+
+def test_probe_states_are_finite_on_a_real_gist_student(checkpoint: Path, tmp_path: Path) -> None:
+    rows = probe_states(tiny_relevance_set(), checkpoint, checkpoint, tmp_path / "p.json", device="cpu")
+    for r in rows:
+        assert all(torch.isfinite(torch.tensor(v)) for v in r.values())
+        assert 0.0 < r["share"] < 1.0 and r["centered"] > 0.0 and r["peak_s"] > 0.0
