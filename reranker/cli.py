@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -166,8 +167,6 @@ def train(
     resume: Annotated[bool, typer.Option(help="continue the run saved in --out")] = False,
 ) -> None:
     """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
-    import json
-
     from reranker.config import GistConfig, resolve_dtype
     from reranker.train import TrainConfig, Trainer
 
@@ -250,6 +249,27 @@ def evaluate(
     result = run_eval(relevance, teacher, student, out, split=split, prefix_ks=prefix_k or (4, 8, 16))
     typer.echo((out / "report.md").read_text())
     typer.echo(f"{result['queries']} queries; wrote {out}/results.json, report.md and plots")
+
+
+@app.command(name="eval-merge")
+def eval_merge(
+    runs: Annotated[list[Path], typer.Argument(help="eval folders (each with results.json), same queries")],
+    out: Annotated[Path, typer.Option(help="report folder")] = Path("runs/eval-merged"),
+) -> None:
+    """Join evaluations of different students on the same teacher and queries (one per trained k) into
+    one results.json, report.md and set of plots."""
+    from reranker.evaluate import merge_results, write_outputs
+
+    for run in runs:
+        if not (run / "results.json").is_file():
+            raise typer.BadParameter(f"{run}/results.json does not exist")
+    try:
+        merged = merge_results([json.loads((run / "results.json").read_text()) for run in runs])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    write_outputs(merged, out)
+    typer.echo((out / "report.md").read_text())
+    typer.echo(f"{len(merged['systems'])} systems; wrote {out}/results.json, report.md and plots")
 
 
 if __name__ == "__main__":

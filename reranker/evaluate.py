@@ -13,7 +13,8 @@ accuracy@1 against the labels. Systems, at matched storage and online cost:
     no item             a constant score: what the query alone can do (nothing)
     teacher             the reference itself (its NDCG is the ceiling)
 Every metric is sliced by item-length quartile (length of the query's best-labelled item, in tokens)
-and by hard-negative queries. Output: results.json, report.md, one PNG per metric.
+and by hard-negative queries. Output: results.json, report.md, one PNG per metric; `merge_results`
+joins evaluations of different students on the same queries into one.
 """
 
 from __future__ import annotations
@@ -180,6 +181,34 @@ def evaluate(
     }
     write_outputs(result, out)
     return result
+
+
+def merge_results(results: Sequence[dict]) -> dict:
+    """One evaluation out of several of the same teacher, split and queries (e.g. one run per trained
+    k, done at different times), so the k sweep is one table and one plot. A system in more than one
+    run (teacher, BM25, no item, a student evaluated twice) must have scored identically in each."""
+    if not results:
+        raise ValueError("nothing to merge")
+    first = results[0]
+    for key in ("split", "teacher", "queries", "length_quartile_cuts_tokens"):
+        for other in results[1:]:
+            if other[key] != first[key]:
+                raise ValueError(f"cannot merge: {key} differs ({first[key]!r} vs {other[key]!r})")
+    systems: dict[str, dict] = {}
+    records: dict[str, list[dict]] = {}
+    for result in results:
+        for name, facts in result["systems"].items():
+            mine = [r for r in result["records"] if r["system"] == name]
+            if name in systems and (systems[name] != facts or records[name] != mine):
+                raise ValueError(f"cannot merge: system {name!r} differs between the evaluations")
+            systems[name], records[name] = facts, mine
+    merged = [r for rows in records.values() for r in rows]
+    return first | {
+        "students": list(dict.fromkeys(s for result in results for s in result["students"])),
+        "systems": systems,
+        "summary": summarize(merged),
+        "records": merged,
+    }
 
 
 def write_outputs(result: dict, out: Path) -> None:

@@ -14,6 +14,11 @@ from reranker.demo import sample_catalog, sample_queries
 runner = CliRunner()
 
 
+def unboxed(output: str) -> str:
+    """A usage error's message without the box rich draws around it (and without spaces)."""
+    return "".join(c for c in output if c not in "│ \n")
+
+
 def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
     args = ["demo", "--core", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
     result = runner.invoke(app, args)
@@ -57,6 +62,17 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "| gist t=3 k=2 |" in result.output and "| prefix 4 · gist t=3 k=2 |" in result.output
     assert (tmp_path / "eval" / "results.json").is_file()
+    merged = tmp_path / "merged"
+    result = runner.invoke(
+        app, ["eval-merge", str(tmp_path / "eval"), str(tmp_path / "eval"), "--out", str(merged)]
+    )
+    assert result.exit_code == 0, result.output  # a run merged with itself: every system agrees
+    assert (
+        json.loads((merged / "results.json").read_text())["summary"]
+        == json.loads((tmp_path / "eval" / "results.json").read_text())["summary"]
+    )
+    result = runner.invoke(app, ["eval-merge", str(tmp_path / "eval"), str(tmp_path / "nowhere")])
+    assert result.exit_code != 0 and "nowhere/results.jsondoesnotexist" in unboxed(result.output)
     args = ["probe", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--queries", "2"]
     args += [
         "--student",
@@ -80,8 +96,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert one_panel.read_bytes()[:4] == b"\x89PNG"
     result = runner.invoke(app, ["curves", f"missing={tmp_path / 'nowhere'}"])
-    unboxed = "".join(c for c in result.output if c not in "│ \n")  # rich wraps the message in a box
-    assert result.exit_code != 0 and "curve.jsonldoesnotexist" in unboxed
+    assert result.exit_code != 0 and "curve.jsonldoesnotexist" in unboxed(result.output)
 
 
 @pytest.mark.kafka

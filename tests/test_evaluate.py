@@ -6,10 +6,11 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from tiny import tiny_relevance_set
 
 from reranker.config import GistConfig
-from reranker.evaluate import METRICS, bm25_scores, evaluate
+from reranker.evaluate import METRICS, bm25_scores, evaluate, merge_results, write_outputs
 from reranker.train import TrainConfig, Trainer
 
 
@@ -45,8 +46,8 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         Trainer(cfg, data, tmp_path / f"student{t}-{k}", device="cpu").fit(progress=False)
         students.append(tmp_path / f"student{t}-{k}" / "checkpoint")
     out = tmp_path / "eval"
-    teacher = tmp_path / "teacher" / "checkpoint"
-    result = evaluate(data, teacher, students, out, device="cpu", prefix_ks=(1,))
+    teacher_path = tmp_path / "teacher" / "checkpoint"
+    result = evaluate(data, teacher_path, students, out, device="cpu", prefix_ks=(1,))
 
     trained = {f"{s} k={k}" for s in ("gist", "untrained gists") for k in (2, 4)}
     hybrid = {"gist t=3 k=2", "untrained gists t=3 k=2"}
@@ -74,3 +75,20 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         "recall_at_10_vs_k.png",
         "ndcg_at_10_vs_k.png",
     }
+
+    # the same students evaluated in two runs and merged: the joint evaluation, table and all
+    parts = [
+        evaluate(data, teacher_path, group, tmp_path / f"part{i}", device="cpu", prefix_ks=(1,))
+        for i, group in enumerate((students[:1], students[1:]))
+    ]
+    merged = merge_results(parts)
+    assert merged["systems"] == result["systems"] and merged["summary"] == result["summary"]
+    assert sorted(map(json.dumps, merged["records"])) == sorted(map(json.dumps, result["records"]))
+    write_outputs(merged, tmp_path / "merged")
+    assert (tmp_path / "merged" / "report.md").read_text() == report
+    with pytest.raises(ValueError, match="teacher differs"):
+        merge_results([parts[0], parts[1] | {"teacher": "another"}])
+    tampered = json.loads(json.dumps(parts[1]))
+    next(r for r in tampered["records"] if r["system"] == "bm25")["ndcg@10"] = -1.0
+    with pytest.raises(ValueError, match="system 'bm25' differs"):
+        merge_results([parts[0], tampered])
