@@ -267,3 +267,14 @@ def test_centered_hidden_distill_loss_counts_only_item_specific_differences() ->
 def test_hidden_distillation_needs_one_query_per_row() -> None:
     with pytest.raises(ValueError, match="pack_queries=False"):
         TrainConfig(gist=GIST, hidden_distill=1.0, pack_queries=True)
+
+
+RECIPES = sorted(
+    p for p in Path(__file__).parents[1].glob("reports/quality/*.json") if p.name != "bench_packing.json"
+)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_committed_training_configs_are_valid(path: Path) -> None:
+    """The report's recipes (`gistrank train --config …`) name only real TrainConfig fields."""
+    TrainConfig(**json.loads(path.read_text()))
