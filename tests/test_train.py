@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,20 @@ def test_teacher_loss_decreases(tiny_base: Path, data: RelevanceSet, tmp_path: P
     curve = Trainer(config(tiny_base, role="teacher"), data, tmp_path, device="cpu").fit(progress=False)
     start, end = first_and_last(curve)
     assert end < 0.5 * start
+
+
+def test_gists_alone_carry_the_item_to_the_query(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
+    """The gist path is not broken: with the body frozen (only gist embeddings, score token and head
+    train), a cold pure-gist student ranks its training candidates at the listwise optimum. A query
+    that gets nothing about its items scores them all alike, and its loss is then exactly log C — what
+    a gist mask that also cut the gists off the item gives (checked by hand). On the real base pure
+    gists do not start on a CPU budget (reports/quality.md); this rules out the mask and plumbing."""
+    cfg = config(tiny_base, steps=60, train_body=False, lr_gist=1e-2)
+    curve = Trainer(cfg, data, tmp_path, device="cpu").fit(progress=False)
+    item_blind = math.log(cfg.candidates_per_query)  # 1.386 for 4 candidates
+    optimum = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))  # gains 3, 1, 0, 0 → target (.75, .25, 0, 0)
+    _, end = first_and_last(curve, "listwise")
+    assert end < item_blind - 0.5 and end == pytest.approx(optimum, abs=0.05), (end, item_blind, optimum)
 
 
 def test_student_with_every_ingredient(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
