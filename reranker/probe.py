@@ -11,6 +11,10 @@ means over queries of each query's C candidates:
   The centered gap is 1.0 for a student whose query ignores its item, 0 when it has every item's effect.
 * peak token norm, student and teacher: a query token far above the teacher's is an attention sink
   (the gist mask hides BOS from the query; `keep_item_prefix = 1` gives it back).
+* gist V share: the item share of the values the gists store (the student's compressed K/V, gist
+  slots only). It tells the two ways a student fails apart: gists that hardly depend on their item
+  (writing) and a query that does not use them (reading). Layer 1's is 0 by construction: its gist
+  values are projections of the gist embeddings alone.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def probe_states(
         raise ValueError(f"split {split!r} has no queries")
     teacher = GistReranker.from_pretrained(teacher_path, device=device)
     student = GistReranker.from_pretrained(student_path, device=device)
+    keys = ("share", "gap", "centered", "peak_s", "peak_t", "gist_v_share")
     sums: list[dict[str, float]] = []
     for query in tqdm(chosen, desc="probe queries"):
         judged = sorted(data.candidates(query.query_id), key=lambda c: (-c[1], c[0]))[:candidates]
@@ -53,24 +58,24 @@ def probe_states(
         with torch.inference_mode():
             _, t = teacher.query_states(query.text, texts, full=True)  # (C, L, ℓ, D)
             _, s = student.query_states(query.text, texts, full=False)
+            kvs = student.compress(texts)
         t, s = t.float(), s.float()
-        if not sums:
-            sums = [
-                dict.fromkeys(("share", "gap", "centered", "peak_s", "peak_t"), 0.0)
-                for _ in range(t.shape[1])
-            ]
+        gist_v = torch.stack([kv.kv[:, 1, :, kv.prefix_tokens :] for kv in kvs]).float()  # (C, L, H, k, h)
+        sums = sums or [dict.fromkeys(keys, 0.0) for _ in range(t.shape[1])]
         for layer, acc in enumerate(sums):
             sl, tl = s[:, layer : layer + 1], t[:, layer : layer + 1]
-            acc["share"] += float((tl - tl.mean(0)).pow(2).sum() / tl.pow(2).sum())
+            acc["share"] += _item_share(tl)
             acc["gap"] += float(hidden_distill_loss(sl, tl))
             acc["centered"] += float(hidden_distill_loss(sl, tl, centered=True))
             acc["peak_s"] += float(sl.norm(dim=-1).max())
             acc["peak_t"] += float(tl.norm(dim=-1).max())
+            acc["gist_v_share"] += _item_share(gist_v[:, layer])
     rows = [
         {"layer": layer + 1} | {key: value / len(chosen) for key, value in acc.items()}
         for layer, acc in enumerate(sums)
     ]
-    mean = {key: sum(r[key] for r in rows) / len(rows) for key in ("share", "gap", "centered")}
+    averaged = ("share", "gap", "centered", "gist_v_share")
+    mean = {key: sum(r[key] for r in rows) / len(rows) for key in averaged}
     cells = [
         [
             str(r["layer"]),
@@ -79,16 +84,32 @@ def probe_states(
             f"{r['centered']:.3f}",
             f"{r['peak_s']:.0f}",
             f"{r['peak_t']:.0f}",
+            f"{r['gist_v_share']:.4f}",
         ]
         for r in rows
     ]
-    cells.append(["mean", *(f"{mean[key]:.3f}" for key in ("share", "gap", "centered")), "", ""])
+    cells.append(
+        ["mean", *(f"{mean[key]:.3f}" for key in averaged[:3]), "", "", f"{mean['gist_v_share']:.4f}"]
+    )
     gist = student.gist
     title = (
         f"query states: student (t={gist.keep_item_prefix}, k={gist.num_gist}) vs teacher — "
         f"{len(chosen)} {split} queries × {candidates} candidates"
     )
-    columns = ("layer", "item share", "gap 1−cos", "centered gap", "peak norm S", "peak norm T")
+    columns = (
+        "layer",
+        "item share",
+        "gap 1−cos",
+        "centered gap",
+        "peak norm S",
+        "peak norm T",
+        "gist V share",
+    )
     meta = {"teacher": str(teacher_path), "student": str(student_path), "split": split, "mean": mean}
     publish(Console(), title, columns, cells, meta, rows, out)
     return rows
+
+
+def _item_share(x: torch.Tensor) -> float:
+    """Fraction of x's energy that varies over dim 0 (a query's candidates): ‖x − mean‖² / ‖x‖²."""
+    return float((x - x.mean(0)).pow(2).sum() / x.pow(2).sum())

@@ -55,8 +55,12 @@ def test_probe_refuses_one_candidate(checkpoint: Path, tmp_path: Path) -> None:
         probe_states(tiny_relevance_set(), checkpoint, checkpoint, tmp_path / "p.json", candidates=1)
 
 
-def test_probe_states_are_finite_on_a_real_gist_student(checkpoint: Path, tmp_path: Path) -> None:
+def test_probe_on_an_untrained_gist_student(checkpoint: Path, tmp_path: Path) -> None:
     rows = probe_states(tiny_relevance_set(), checkpoint, checkpoint, tmp_path / "p.json", device="cpu")
     for r in rows:
         assert all(torch.isfinite(torch.tensor(v)) for v in r.values())
         assert 0.0 < r["share"] < 1.0 and r["centered"] > 0.0 and r["peak_s"] > 0.0
+    # layer 1's gist values are projections of the gist embeddings: the same for every item; deeper
+    # layers' have attended to the item
+    assert rows[0]["gist_v_share"] == pytest.approx(0.0, abs=1e-10)
+    assert all(0.0 < r["gist_v_share"] < 1.0 for r in rows[1:])
