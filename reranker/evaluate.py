@@ -292,8 +292,9 @@ def markdown_report(result: dict) -> str:
 
 def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
     """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one panel
-    per item-length quartile, one colour per system family — trained gists vs prefix caching (scored
-    by the same student) vs untrained gists — with BM25 and the no-item floor as horizontal lines."""
+    for all queries and one per item-length quartile, one colour per system family — trained gists vs
+    prefix caching (scored by the same student) vs untrained gists — with BM25 and the no-item floor as
+    horizontal lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -302,35 +303,35 @@ def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
     families = sorted({f["family"] for f in systems.values() if f["positions"]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     quartiles = sorted({q for s in summary.values() for q in s["by_length_quartile"]})
+    panels = [("all queries", lambda s: s["all"])] + [
+        (f"item-length quartile Q{q}", lambda s, q=q: s["by_length_quartile"].get(q)) for q in quartiles
+    ]
     paths = []
     for metric in ("recall@5", "recall@10", "ndcg@10"):
-        fig, axes = plt.subplots(
-            1, len(quartiles), figsize=(4 * len(quartiles), 4), sharey=True, squeeze=False
-        )
-        for ax, q in zip(axes[0], quartiles, strict=True):
+        fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharey=True, squeeze=False)
+        for ax, (title, part) in zip(axes[0], panels, strict=True):
             for index, family in enumerate(families):
                 runs = sorted(
-                    (f["positions"], summary[name]["by_length_quartile"][q][metric])
+                    (f["positions"], part(summary[name])[metric])
                     for name, f in systems.items()
-                    if f["family"] == family and q in summary[name]["by_length_quartile"]
+                    if f["family"] == family and part(summary[name])
                 )
                 xs, ys = zip(*runs, strict=True)
                 ax.plot(xs, ys, marker="o", color=colors[index % len(colors)], label=family)
             for name, style in (("bm25", "--"), ("no item", ":")):
-                if name in summary and q in summary[name]["by_length_quartile"]:
-                    ax.axhline(
-                        summary[name]["by_length_quartile"][q][metric], color="gray", ls=style, label=name
-                    )
+                if name in summary and part(summary[name]):
+                    ax.axhline(part(summary[name])[metric], color="gray", ls=style, label=name)
             ax.set_xscale("log", base=2)
-            ax.set_title(f"item-length quartile Q{q}")
+            ax.set_title(title)
             ax.set_xlabel("stored K/V positions per item")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(metric)
-        axes[0][-1].legend(fontsize=7)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
         fig.suptitle(f"{metric} vs stored positions (k, or t + k)")
         path = out / f"{metric.replace('@', '_at_')}_vs_k.png"
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         paths.append(path)
     return paths
