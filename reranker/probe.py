@@ -5,10 +5,15 @@ A ranking metric only says whether a student ranks; this says where item informa
 a student ranks at all — the instrument behind the pure-gist findings in reports/quality.md. Per layer,
 means over queries of each query's C candidates:
 
-* item share: ‖t̃‖² / ‖t‖², the part of the teacher's query state that varies with the item (x̃ = x minus
-  its mean over the query's candidates). Small: most of a query's state is the query itself.
+* item share T and S: ‖t̃‖² / ‖t‖², the part of the teacher's query state that varies with the item
+  (x̃ = x minus its mean over the query's candidates), and the same for the student. Small for both:
+  most of a query's state is the query itself. A student share far below the teacher's: its query
+  hardly depends on the item, whatever its body.
 * gap (1 − cos) and centered gap (‖s̃ − t̃‖² / ‖t̃‖²): `train.hidden_distill_loss`, plain and centered.
-  The centered gap is 1.0 for a student whose query ignores its item, 0 when it has every item's effect.
+  The centered gap is 1.0 for a student whose query ignores its item, 0 when it has every item's
+  effect. Only meaningful for a student warm-started from this teacher (the same body, so the same
+  state space): a student trained from the base uses its item in its own way, and gaps above 1 say
+  nothing about whether it does.
 * peak token norm, student and teacher: a query token far above the teacher's is an attention sink
   (the gist mask hides BOS from the query; `keep_item_prefix = 1` gives it back).
 * gist V share: the item share of the values the gists store (the student's compressed K/V, gist
@@ -50,7 +55,7 @@ def probe_states(
         raise ValueError(f"split {split!r} has no queries")
     teacher = GistReranker.from_pretrained(teacher_path, device=device)
     student = GistReranker.from_pretrained(student_path, device=device)
-    keys = ("share", "gap", "centered", "peak_s", "peak_t", "gist_v_share")
+    keys = ("share", "share_s", "gap", "centered", "peak_s", "peak_t", "gist_v_share")
     sums: list[dict[str, float]] = []
     for query in tqdm(chosen, desc="probe queries"):
         judged = sorted(data.candidates(query.query_id), key=lambda c: (-c[1], c[0]))[:candidates]
@@ -65,6 +70,7 @@ def probe_states(
         for layer, acc in enumerate(sums):
             sl, tl = s[:, layer : layer + 1], t[:, layer : layer + 1]
             acc["share"] += _item_share(tl)
+            acc["share_s"] += _item_share(sl)
             acc["gap"] += float(hidden_distill_loss(sl, tl))
             acc["centered"] += float(hidden_distill_loss(sl, tl, centered=True))
             acc["peak_s"] += float(sl.norm(dim=-1).max())
@@ -74,12 +80,13 @@ def probe_states(
         {"layer": layer + 1} | {key: value / len(chosen) for key, value in acc.items()}
         for layer, acc in enumerate(sums)
     ]
-    averaged = ("share", "gap", "centered", "gist_v_share")
+    averaged = ("share", "share_s", "gap", "centered", "gist_v_share")
     mean = {key: sum(r[key] for r in rows) / len(rows) for key in averaged}
     cells = [
         [
             str(r["layer"]),
             f"{r['share']:.3f}",
+            f"{r['share_s']:.3f}",
             f"{r['gap']:.3f}",
             f"{r['centered']:.3f}",
             f"{r['peak_s']:.0f}",
@@ -89,7 +96,7 @@ def probe_states(
         for r in rows
     ]
     cells.append(
-        ["mean", *(f"{mean[key]:.3f}" for key in averaged[:3]), "", "", f"{mean['gist_v_share']:.4f}"]
+        ["mean", *(f"{mean[key]:.3f}" for key in averaged[:4]), "", "", f"{mean['gist_v_share']:.4f}"]
     )
     gist = student.gist
     title = (
@@ -98,7 +105,8 @@ def probe_states(
     )
     columns = (
         "layer",
-        "item share",
+        "item share T",
+        "item share S",
         "gap 1−cos",
         "centered gap",
         "peak norm S",

@@ -46,7 +46,9 @@ def test_probe_scores_a_perfect_and_an_item_blind_student(
         assert 0.0 < perfect["share"] < 1.0 and perfect["share"] == pytest.approx(blind["share"])
         assert perfect["gap"] == pytest.approx(0.0, abs=1e-6) and perfect["centered"] == pytest.approx(0.0)
         assert perfect["peak_s"] == pytest.approx(perfect["peak_t"])
+        assert perfect["share_s"] == pytest.approx(perfect["share"])
         assert blind["centered"] == pytest.approx(1.0, rel=1e-5)  # knows nothing about its item
+        assert blind["share_s"] == pytest.approx(0.0, abs=1e-10)
         assert blind["gap"] > 0.0
 
 
