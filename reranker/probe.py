@@ -103,16 +103,8 @@ def probe_states(
         f"query states: student (t={gist.keep_item_prefix}, k={gist.num_gist}) vs teacher — "
         f"{len(chosen)} {split} queries × {candidates} candidates"
     )
-    columns = (
-        "layer",
-        "item share T",
-        "item share S",
-        "gap 1−cos",
-        "centered gap",
-        "peak norm S",
-        "peak norm T",
-        "gist V share",
-    )
+    # short headers: the table has to fit an 80-column terminal (the docstring above says what each is)
+    columns = ("layer", "share T", "share S", "1−cos", "centered", "peak S", "peak T", "gist V")
     meta = {"teacher": str(teacher_path), "student": str(student_path), "split": split, "mean": mean}
     publish(Console(), title, columns, cells, meta, rows, out)
     return rows
