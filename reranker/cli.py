@@ -220,12 +220,26 @@ def probe(
     split: str = "test",
     queries: int = 8,
     candidates: int = 6,
+    fresh_gists: Annotated[
+        tuple[int, int] | None,
+        typer.Option(help="K T: the student's body and head with untrained gists (k = K, t = T) instead"),
+    ] = None,
 ) -> None:
-    """Per layer: how much of the item reaches the student's query (centered gap; 1.0 = nothing), sinks."""
+    """Per layer: how much of the item reaches the student's query (item share, centered gap), how much
+    its gists vary with the item, sinks. `--fresh-gists 8 1 --student TEACHER` = a warm start's step 0."""
     from reranker.probe import probe_states
 
     relevance = _load_data(data, seed, products, max_item_tokens)
-    probe_states(relevance, teacher, student, out, split=split, queries=queries, candidates=candidates)
+    probe_states(
+        relevance,
+        teacher,
+        student,
+        out,
+        split=split,
+        queries=queries,
+        candidates=candidates,
+        fresh_gists=fresh_gists,
+    )
 
 
 @app.command(name="eval")

@@ -31,6 +31,7 @@ from rich.console import Console
 from tqdm.auto import tqdm
 
 from reranker.bench import publish
+from reranker.config import GistConfig
 from reranker.model import GistReranker
 from reranker.relevance_data import RelevanceSet
 from reranker.train import hidden_distill_loss
@@ -45,9 +46,12 @@ def probe_states(
     queries: int = 8,
     candidates: int = 6,
     device: str | None = None,
+    fresh_gists: tuple[int, int] | None = None,
 ) -> list[dict]:
     """One row per layer (JSON at `out`, table on the console). Each query contributes its `candidates`
-    best-labelled judged items (exact matches and their one-field hard negatives first)."""
+    best-labelled judged items (exact matches and their one-field hard negatives first).
+    `fresh_gists` = (k, t): probe the student's body and head with untrained gists of that config
+    instead of its own (the teacher itself with fresh gists = step 0 of a warm-started student)."""
     if candidates < 2:
         raise ValueError("the centered gap needs at least 2 candidates per query")
     chosen = data.split(split).queries[:queries]
@@ -55,6 +59,11 @@ def probe_states(
         raise ValueError(f"split {split!r} has no queries")
     teacher = GistReranker.from_pretrained(teacher_path, device=device)
     student = GistReranker.from_pretrained(student_path, device=device)
+    if fresh_gists is not None:
+        k, t = fresh_gists
+        student = student.with_gist_config(
+            GistConfig(**(student.gist.model_dump() | {"num_gist": k, "keep_item_prefix": t}))
+        )
     keys = ("share", "share_s", "gap", "centered", "peak_s", "peak_t", "gist_v_share")
     sums: list[dict[str, float]] = []
     for query in tqdm(chosen, desc="probe queries"):
@@ -105,7 +114,8 @@ def probe_states(
     )
     # short headers: the table has to fit an 80-column terminal (the docstring above says what each is)
     columns = ("layer", "share T", "share S", "1−cos", "centered", "peak S", "peak T", "gist V")
-    meta = {"teacher": str(teacher_path), "student": str(student_path), "split": split, "mean": mean}
+    meta = {"teacher": str(teacher_path), "student": str(student_path), "fresh_gists": fresh_gists}
+    meta |= {"split": split, "mean": mean}
     publish(Console(), title, columns, cells, meta, rows, out)
     return rows
 

@@ -85,6 +85,9 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "centered" in result.output and "t=3, k=2" in result.output  # rich may wrap headers
     assert [r["layer"] for r in json.loads((tmp_path / "probe.json").read_text())["rows"]] == [1, 2, 3]
+    result = runner.invoke(app, [*args, "--fresh-gists", "4", "1"])  # the student's body, untrained gists
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "probe.json").read_text())["meta"]["fresh_gists"] == [4, 1]
 
     png = tmp_path / "curves.png"
     runs = [f"teacher={tmp_path / 'teacher'}", f"student k=2={tmp_path / 'student'}"]  # '=' in a label

@@ -66,3 +66,18 @@ def test_probe_on_an_untrained_gist_student(checkpoint: Path, tmp_path: Path) ->
     # layers' have attended to the item
     assert rows[0]["gist_v_share"] == pytest.approx(0.0, abs=1e-10)
     assert all(0.0 < r["gist_v_share"] < 1.0 for r in rows[1:])
+
+
+def test_probe_with_fresh_gists(checkpoint: Path, tmp_path: Path) -> None:
+    """`fresh_gists` probes the body and head with untrained gists: for the checkpoint's own (untrained)
+    config that is the checkpoint itself; another config changes what the query reads."""
+    data = tiny_relevance_set()
+    own = probe_states(data, checkpoint, checkpoint, tmp_path / "own.json", device="cpu")
+    same = probe_states(
+        data, checkpoint, checkpoint, tmp_path / "same.json", device="cpu", fresh_gists=(2, 0)
+    )
+    other = probe_states(
+        data, checkpoint, checkpoint, tmp_path / "other.json", device="cpu", fresh_gists=(3, 1)
+    )
+    assert same == own and other != own
+    assert json.loads((tmp_path / "other.json").read_text())["meta"]["fresh_gists"] == [3, 1]
