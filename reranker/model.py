@@ -413,20 +413,28 @@ class GistReranker(nn.Module):
         return out
 
     def autoencode_loss(
-        self, items: Sequence[str], num_tokens: int = 64, item_visibility: float = 0.0
+        self,
+        items: Sequence[str],
+        num_tokens: int = 64,
+        item_visibility: float = 0.0,
+        targets_of: Sequence[str] | None = None,
     ) -> torch.Tensor:
         """ICAE-style objective: after the gists, regenerate the item's first `num_tokens` tokens (title
         and key attributes, rendered first) from the gists alone → mean token cross-entropy (nats).
         With a hybrid prefix of t raw tokens the target starts after it: what the prefix shows verbatim
-        teaches the gists nothing.
+        teaches the gists nothing. `targets_of[i]`: regenerate that text behind item i's gists instead —
+        with another item's text, the control for how much the own item's gists actually tell.
 
         Layout per row: item + gists + AE prompt + target, under the same gist mask as scoring, so the
         target can reach the item only through the gists. The prompt keeps the first target token from
         being predicted by a gist position (gists read the item directly)."""
         prompt = self._embed(self.tokenizer(AE_PROMPT, add_special_tokens=False)["input_ids"])  # (P, D)
+        if targets_of is not None and len(targets_of) != len(items):
+            raise ValueError(f"targets_of has {len(targets_of)} texts for {len(items)} items")
         item_ids, _ = self._item_ids(items)
+        target_ids = item_ids if targets_of is None else self._item_ids(targets_of)[0]
         start = max(int(self.tokenizer.bos_token_id is not None), self.gist.keep_item_prefix)
-        targets = [ids[start : start + num_tokens] for ids in item_ids]
+        targets = [ids[start : start + num_tokens] for ids in target_ids]
         if not all(targets):
             raise EmptyInputError(f"an item has no token after the first {start} to regenerate")
         rows = [

@@ -16,6 +16,9 @@ means over queries of each query's C candidates:
   nothing about whether it does.
 * peak token norm, student and teacher: a query token far above the teacher's is an attention sink
   (the gist mask hides BOS from the query; `keep_item_prefix = 1` gives it back).
+* autoencoding, own vs another item (one number per run, not per layer): nats/token of regenerating
+  each probed item's title and attributes from its own gists (`GistReranker.autoencode_loss`) and from
+  the gists of an item of another query. Equal: the gists tell the decoder nothing about their item.
 * gist V share: the item share of the values the gists store (the student's compressed K/V, gist
   slots only). It tells the two ways a student fails apart: gists that hardly depend on their item
   (writing) and a query that does not use them (reading). Layer 1's is 0 by construction: its gist
@@ -66,9 +69,11 @@ def probe_states(
         )
     keys = ("share", "share_s", "gap", "centered", "peak_s", "peak_t", "gist_v_share")
     sums: list[dict[str, float]] = []
+    probed: list[str] = []
     for query in tqdm(chosen, desc="probe queries"):
         judged = sorted(data.candidates(query.query_id), key=lambda c: (-c[1], c[0]))[:candidates]
         texts = [data.items[item_id].text for item_id, _ in judged]
+        probed += texts
         with torch.inference_mode():
             _, t = teacher.query_states(query.text, texts, full=True)  # (C, L, ℓ, D)
             _, s = student.query_states(query.text, texts, full=False)
@@ -89,6 +94,15 @@ def probe_states(
         {"layer": layer + 1} | {key: value / len(chosen) for key, value in acc.items()}
         for layer, acc in enumerate(sums)
     ]
+    with torch.inference_mode():
+        # each distinct item against the one half the list away: another query's, so mostly another
+        # product (a query's own candidates are one-field variants of each other)
+        unique = list(dict.fromkeys(probed))
+        half = len(unique) // 2
+        autoencode = {
+            "own": float(student.autoencode_loss(unique)),
+            "another_item": float(student.autoencode_loss(unique, targets_of=unique[half:] + unique[:half])),
+        }
     averaged = ("share", "share_s", "gap", "centered", "gist_v_share")
     mean = {key: sum(r[key] for r in rows) / len(rows) for key in averaged}
     cells = [
@@ -115,8 +129,13 @@ def probe_states(
     # short headers: the table has to fit an 80-column terminal (the docstring above says what each is)
     columns = ("layer", "share T", "share S", "1−cos", "centered", "peak S", "peak T", "gist V")
     meta = {"teacher": str(teacher_path), "student": str(student_path), "fresh_gists": fresh_gists}
-    meta |= {"split": split, "mean": mean}
-    publish(Console(), title, columns, cells, meta, rows, out)
+    meta |= {"split": split, "mean": mean, "autoencode_nats_per_token": autoencode}
+    console = Console()
+    publish(console, title, columns, cells, meta, rows, out)
+    console.print(
+        f"autoencoding from the gists: {autoencode['own']:.3f} nats/token from its own item's, "
+        f"{autoencode['another_item']:.3f} from another item's"
+    )
     return rows
 
 

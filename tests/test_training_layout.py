@@ -55,6 +55,22 @@ def test_autoencode_loss_reads_the_rest_of_the_item_through_the_gists(tiny_model
     assert not torch.isclose(a, b)
 
 
+def test_autoencode_targets_of_another_item(tiny_model: GistReranker) -> None:
+    """The control: item A's gists, item B's tokens as the target — the same as B's own loss only if
+    the gists said nothing; a count mismatch is refused."""
+    a, b = "Acme phone 256GB blue 2023.", "Steel kettle 1.7 L, 2200 W."
+    with torch.no_grad():
+        crossed = tiny_model.autoencode_loss([a], num_tokens=4, targets_of=[b])
+        own_b = tiny_model.autoencode_loss([b], num_tokens=4)
+        assert torch.equal(
+            tiny_model.autoencode_loss([a], num_tokens=4, targets_of=[a]),
+            tiny_model.autoencode_loss([a], num_tokens=4),
+        )
+    assert not torch.isclose(crossed, own_b)
+    with pytest.raises(ValueError, match="1 texts for 2 items"):
+        tiny_model.autoencode_loss([a, b], num_tokens=4, targets_of=[a])
+
+
 def test_hybrid_autoencode_target_starts_after_the_kept_prefix(
     tiny_base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
