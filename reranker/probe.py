@@ -16,13 +16,13 @@ means over queries of each query's C candidates:
   nothing about whether it does.
 * peak token norm, student and teacher: a query token far above the teacher's is an attention sink
   (the gist mask hides BOS from the query; `keep_item_prefix = 1` gives it back).
-* autoencoding, own vs another item (one number per run, not per layer): nats/token of regenerating
-  each probed item's title and attributes from its own gists (`GistReranker.autoencode_loss`) and from
-  the gists of an item of another query. Equal: the gists tell the decoder nothing about their item.
 * gist V share: the item share of the values the gists store (the student's compressed K/V, gist
   slots only). It tells the two ways a student fails apart: gists that hardly depend on their item
   (writing) and a query that does not use them (reading). Layer 1's is 0 by construction: its gist
   values are projections of the gist embeddings alone.
+* autoencoding, own vs another item (one number per run, not per layer): nats/token of regenerating
+  each probed item's title and attributes from its own gists (`GistReranker.autoencode_loss`) and from
+  the gists of an item of another query. Equal: the gists tell the decoder nothing about their item.
 """
 
 from __future__ import annotations
