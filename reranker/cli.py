@@ -230,16 +230,19 @@ def probe(
     from reranker.probe import probe_states
 
     relevance = _load_data(data, seed, products, max_item_tokens)
-    probe_states(
-        relevance,
-        teacher,
-        student,
-        out,
-        split=split,
-        queries=queries,
-        candidates=candidates,
-        fresh_gists=fresh_gists,
-    )
+    try:
+        probe_states(
+            relevance,
+            teacher,
+            student,
+            out,
+            split=split,
+            queries=queries,
+            candidates=candidates,
+            fresh_gists=fresh_gists,
+        )
+    except ValueError as exc:  # too few candidates, an empty split, an invalid fresh gist config
+        raise typer.BadParameter(str(exc)) from exc
 
 
 @app.command(name="eval")

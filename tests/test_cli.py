@@ -88,6 +88,8 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--fresh-gists", "4", "1"])  # the student's body, untrained gists
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "probe.json").read_text())["meta"]["fresh_gists"] == [4, 1]
+    result = runner.invoke(app, [*args, "--candidates", "1"])
+    assert result.exit_code == 2 and "atleast2candidates" in unboxed(result.output)
 
     png = tmp_path / "curves.png"
     runs = [f"teacher={tmp_path / 'teacher'}", f"student k=2={tmp_path / 'student'}"]  # '=' in a label
