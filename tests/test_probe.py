@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import tiny_relevance_set
+from tiny import GIST, tiny_relevance_set, train_config
 
-from reranker import GistConfig, GistReranker
+from reranker import GistReranker
 from reranker.probe import probe_states
-from reranker.train import TrainConfig, Trainer
-
-GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+from reranker.train import Trainer
 
 
 @pytest.fixture
@@ -91,19 +89,7 @@ def test_probe_autoencoding_control_sees_what_the_gists_tell(tiny_base: Path, tm
     untrained = GistReranker.from_pretrained(str(tiny_base), GIST, device="cpu").save_pretrained(
         tmp_path / "u"
     )
-    cfg = TrainConfig(
-        base=str(tiny_base),
-        gist=GIST,
-        steps=40,
-        queries_per_step=2,
-        candidates_per_query=4,
-        listwise=0.0,
-        autoencode=1.0,
-        autoencode_tokens=12,
-        lr_body=1e-3,
-        lr_gist=1e-2,
-        checkpoint_every=1000,
-    )
+    cfg = train_config(tiny_base, steps=40, listwise=0.0, autoencode=1.0, autoencode_tokens=12)
     Trainer(cfg, data, tmp_path / "ae", device="cpu").fit(progress=False)
     gaps = {}
     for name, ckpt in (("untrained", untrained), ("trained", tmp_path / "ae" / "checkpoint")):

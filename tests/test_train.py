@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import tiny_relevance_set
+from tiny import GIST, tiny_relevance_set, train_config
 
 from reranker import GistConfig, GistReranker
 from reranker.data_synth import generate
@@ -23,26 +23,10 @@ from reranker.train import (
     plot_curves,
 )
 
-GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-
 
 @pytest.fixture(scope="module")
 def data() -> RelevanceSet:
     return tiny_relevance_set()
-
-
-def config(tiny_base: Path, **overrides: object) -> TrainConfig:
-    defaults = dict(
-        base=str(tiny_base),
-        gist=GIST,
-        steps=30,
-        queries_per_step=2,
-        candidates_per_query=4,
-        lr_body=1e-3,
-        lr_gist=1e-2,
-        checkpoint_every=1000,
-    )
-    return TrainConfig(**(defaults | overrides))
 
 
 def first_and_last(curve: list[dict[str, float]], key: str = "loss", n: int = 5) -> tuple[float, float]:
@@ -51,7 +35,7 @@ def first_and_last(curve: list[dict[str, float]], key: str = "loss", n: int = 5)
 
 
 def test_teacher_loss_decreases(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
-    curve = Trainer(config(tiny_base, role="teacher"), data, tmp_path, device="cpu").fit(progress=False)
+    curve = Trainer(train_config(tiny_base, role="teacher"), data, tmp_path, device="cpu").fit(progress=False)
     start, end = first_and_last(curve)
     assert end < 0.5 * start
 
@@ -62,7 +46,7 @@ def test_gists_alone_carry_the_item_to_the_query(tiny_base: Path, data: Relevanc
     that gets nothing about its items scores them all alike, and its loss is then exactly log C — what
     a gist mask that also cut the gists off the item gives (checked by hand). On the real base pure
     gists do not start on a CPU budget (reports/quality.md); this rules out the mask and plumbing."""
-    cfg = config(tiny_base, steps=60, train_body=False, lr_gist=1e-2)
+    cfg = train_config(tiny_base, steps=60, train_body=False, lr_gist=1e-2)
     curve = Trainer(cfg, data, tmp_path, device="cpu").fit(progress=False)
     item_blind = math.log(cfg.candidates_per_query)  # 1.386 for 4 candidates
     optimum = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))  # gains 3, 1, 0, 0 → target (.75, .25, 0, 0)
@@ -72,9 +56,11 @@ def test_gists_alone_carry_the_item_to_the_query(tiny_base: Path, data: Relevanc
 
 def test_student_with_every_ingredient(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
     teacher_out = tmp_path / "teacher"
-    Trainer(config(tiny_base, role="teacher", steps=5), data, teacher_out, device="cpu").fit(progress=False)
+    Trainer(train_config(tiny_base, role="teacher", steps=5), data, teacher_out, device="cpu").fit(
+        progress=False
+    )
     teacher = str(teacher_out / "checkpoint")
-    cfg = config(
+    cfg = train_config(
         tiny_base,
         init=teacher,
         teacher=teacher,
@@ -104,7 +90,7 @@ def test_student_with_every_ingredient(tiny_base: Path, data: RelevanceSet, tmp_
 
 
 def test_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
-    cfg = config(tiny_base, steps=6, checkpoint_every=3, train_body=False)
+    cfg = train_config(tiny_base, steps=6, checkpoint_every=3, train_body=False)
     straight = Trainer(cfg, data, tmp_path / "straight", device="cpu")
     straight.fit(progress=False)
     interrupted = Trainer(cfg.model_copy(update={"steps": 3}), data, tmp_path / "resumed", device="cpu")
@@ -147,14 +133,14 @@ def test_lora_hybrid_student_warm_started_from_a_lora_teacher(
     """Teacher and student train adapters only: the base stays untouched and is not copied, the
     student's hybrid gist config differs from the teacher's, and the reloaded student is exact."""
     teacher_out, student_out = tmp_path / "teacher", tmp_path / "student"
-    Trainer(config(tiny_base, role="teacher", steps=5, lora_rank=4), data, teacher_out, device="cpu").fit(
-        progress=False
-    )
+    Trainer(
+        train_config(tiny_base, role="teacher", steps=5, lora_rank=4), data, teacher_out, device="cpu"
+    ).fit(progress=False)
     assert (teacher_out / "checkpoint" / "adapter").is_dir()
     assert not (teacher_out / "checkpoint" / "base").exists()
     hybrid = GistConfig(num_gist=2, keep_item_prefix=6, max_item_tokens=48, dtype="float32")
     teacher = str(teacher_out / "checkpoint")
-    cfg = config(tiny_base, gist=hybrid, init=teacher, teacher=teacher, distill=1.0, lora_rank=4)
+    cfg = train_config(tiny_base, gist=hybrid, init=teacher, teacher=teacher, distill=1.0, lora_rank=4)
     trainer = Trainer(cfg, data, student_out, device="cpu")
     curve = trainer.fit(progress=False)
     start, end = first_and_last(curve)
@@ -182,7 +168,7 @@ def test_lora_hybrid_student_warm_started_from_a_lora_teacher(
 
 
 def test_lora_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
-    cfg = config(tiny_base, steps=4, checkpoint_every=2, lora_rank=4)
+    cfg = train_config(tiny_base, steps=4, checkpoint_every=2, lora_rank=4)
     straight = Trainer(cfg, data, tmp_path / "straight", device="cpu")
     straight.fit(progress=False)
     Trainer(cfg.model_copy(update={"steps": 2}), data, tmp_path / "resumed", device="cpu").fit(progress=False)
@@ -195,7 +181,9 @@ def test_lora_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_
 def test_curves_log_signs_of_life_and_plot(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
     runs = {}
     for name, extra in (("frozen", {"train_body": False}), ("full", {})):
-        Trainer(config(tiny_base, steps=3, **extra), data, tmp_path / name, device="cpu").fit(progress=False)
+        Trainer(train_config(tiny_base, steps=3, **extra), data, tmp_path / name, device="cpu").fit(
+            progress=False
+        )
         runs[name] = tmp_path / name
     curve = [json.loads(line) for line in (tmp_path / "full" / "curve.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve] == [1, 2, 3]
@@ -208,8 +196,12 @@ def test_packed_training_matches_unpacked_losses(tiny_base: Path, data: Relevanc
     """Packing changes how pairs are laid out, not what is computed: on the same draw, the packed
     step's losses equal the unpacked step's."""
     teacher_out = tmp_path / "teacher"
-    Trainer(config(tiny_base, role="teacher", steps=2), data, teacher_out, device="cpu").fit(progress=False)
-    cfg = config(tiny_base, steps=1, teacher=str(teacher_out / "checkpoint"), distill=1.0, pack_queries=True)
+    Trainer(train_config(tiny_base, role="teacher", steps=2), data, teacher_out, device="cpu").fit(
+        progress=False
+    )
+    cfg = train_config(
+        tiny_base, steps=1, teacher=str(teacher_out / "checkpoint"), distill=1.0, pack_queries=True
+    )
     packed = Trainer(cfg, data, tmp_path / "packed", device="cpu")
     plain = Trainer(cfg.model_copy(update={"pack_queries": False}), data, tmp_path / "plain", device="cpu")
     drawn = packed._draw()  # the same queries and candidates (drawn the packing way) for both
@@ -230,7 +222,7 @@ def test_packed_draws_share_items_and_keep_every_positive(tiny_base: Path, tmp_p
     data = generate(seed=0, n_products=12, queries_per_product=4)
 
     def pairs_per_row(pack: bool) -> float:
-        cfg = config(tiny_base, queries_per_step=8, candidates_per_query=12, pack_queries=pack)
+        cfg = train_config(tiny_base, queries_per_step=8, candidates_per_query=12, pack_queries=pack)
         trainer = Trainer(cfg, data, tmp_path / str(pack), device="cpu")
         draws = [trainer._draw() for _ in range(30)]
         for query, cands in (pair for drawn in draws for pair in drawn):
@@ -249,10 +241,14 @@ def test_hidden_distillation_pulls_the_query_states_towards_the_teacher(
     """Warm-started from the teacher, the student differs from it only in reading gists instead of the
     item; hidden-state distillation (alone, no label loss) shrinks that difference."""
     teacher_out = tmp_path / "teacher"
-    Trainer(config(tiny_base, role="teacher", steps=3), data, teacher_out, device="cpu").fit(progress=False)
+    Trainer(train_config(tiny_base, role="teacher", steps=3), data, teacher_out, device="cpu").fit(
+        progress=False
+    )
     teacher = str(teacher_out / "checkpoint")
     for centered in (False, True):
-        cfg = config(tiny_base, steps=25, init=teacher, teacher=teacher, listwise=0.0, hidden_distill=1.0)
+        cfg = train_config(
+            tiny_base, steps=25, init=teacher, teacher=teacher, listwise=0.0, hidden_distill=1.0
+        )
         cfg = cfg.model_copy(update={"hidden_distill_centered": centered})
         curve = Trainer(cfg, data, tmp_path / f"student-{centered}", device="cpu").fit(progress=False)
         start, end = first_and_last(curve, "hidden_distill")

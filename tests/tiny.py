@@ -11,7 +11,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from reranker.config import GistConfig
 from reranker.relevance_data import Item, Judgment, Query, RelevanceSet
+from reranker.train import TrainConfig
+
+GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")  # tiny models' default gisting
 
 CORPUS = [
     "Acme UltraPhone 15 Pro 256GB titanium blue, 2023 model, part number AP-15P-256-BL.",
@@ -89,3 +93,18 @@ def tiny_relevance_set() -> RelevanceSet:
         for n, label in enumerate(row)
     ]
     return RelevanceSet(items=items, queries=queries, judgments=judgments)
+
+
+def train_config(tiny_base: Path, **overrides: object) -> TrainConfig:
+    """A short training run on a tiny base (GIST, 2 queries × 4 candidates, lr big enough to move)."""
+    defaults = dict(
+        base=str(tiny_base),
+        gist=GIST,
+        steps=30,
+        queries_per_step=2,
+        candidates_per_query=4,
+        lr_body=1e-3,
+        lr_gist=1e-2,
+        checkpoint_every=1000,
+    )
+    return TrainConfig(**(defaults | overrides))
