@@ -248,7 +248,15 @@ def probe(
 @app.command(name="eval")
 def evaluate(
     teacher: Annotated[Path, typer.Option(help="teacher checkpoint (the reference ranking)")],
-    student: Annotated[list[Path], typer.Option(help="student checkpoint; repeat for the k sweep")],
+    student: Annotated[
+        list[Path] | None, typer.Option(help="student checkpoint; repeat for the k sweep")
+    ] = None,
+    full_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="another full-context model scored against the teacher (a shadow candidate; repeatable)"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="report folder")] = Path("runs/eval"),
     data: Data = "synthetic",
     seed: int = 0,
@@ -262,8 +270,18 @@ def evaluate(
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
     from reranker.evaluate import evaluate as run_eval
 
+    if not student and not full_model:
+        raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
     relevance = _load_data(data, seed, products, max_item_tokens)
-    result = run_eval(relevance, teacher, student, out, split=split, prefix_ks=prefix_k or (4, 8, 16))
+    result = run_eval(
+        relevance,
+        teacher,
+        student or [],
+        out,
+        split=split,
+        prefix_ks=prefix_k or (4, 8, 16),
+        full_paths=full_model or [],
+    )
     typer.echo((out / "report.md").read_text())
     typer.echo(f"{result['queries']} queries; wrote {out}/results.json, report.md and plots")
 

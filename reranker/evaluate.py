@@ -11,6 +11,7 @@ accuracy@1 against the labels. Systems, at matched storage and online cost:
                         sweep), scored by student S's body and head
     bm25                lexical baseline on the rendered item text
     no item             a constant score: what the query alone can do (nothing)
+    full context · M    another full-context model M (e.g. a cheaper shadow candidate: a LoRA teacher)
     teacher             the reference itself (its NDCG is the ceiling)
 Every metric is sliced by item-length quartile (length of the query's best-labelled item, in tokens)
 and by hard-negative queries. Output: results.json, report.md, one PNG per metric; `merge_results`
@@ -121,6 +122,10 @@ def _gist_systems(
     return systems
 
 
+def _full_scorer(model: GistReranker, texts_by_id: dict[str, str]) -> Callable:
+    return lambda query, cand_ids: model.score_full(query, [texts_by_id[i] for i in cand_ids]).tolist()
+
+
 def evaluate(
     data: RelevanceSet,
     teacher_path: str | Path,
@@ -129,7 +134,10 @@ def evaluate(
     split: str = "test",
     device: str | None = None,
     prefix_ks: Sequence[int] = (4, 8, 16),
+    full_paths: Sequence[str | Path] = (),
 ) -> dict:
+    """Score `data`'s `split` with the teacher, every student's systems and every other full-context
+    model in `full_paths`; write results.json, report.md and plots to `out`."""
     test = data.split(split)
     if not test.queries:
         raise ValueError(f"split {split!r} has no queries")
@@ -146,12 +154,18 @@ def evaluate(
     }
     for path in student_paths:
         systems |= _gist_systems(path, texts_by_id, prefix_ks, device)
+    for path in full_paths:
+        systems[f"full context · {path}"] = (
+            _full_scorer(GistReranker.from_pretrained(path, device=device), texts_by_id),
+            {"family": "full context", "positions": None},
+        )
 
     def target_length(query_id: str) -> int:
         cands = test.candidates(query_id)
         best = max(cands, key=lambda c: c[1])[0]
         return len(teacher.tokenizer(texts_by_id[best], add_special_tokens=False)["input_ids"])
 
+    teacher_scores = _full_scorer(teacher, texts_by_id)
     lengths = [target_length(q.query_id) for q in test.queries]
     quartiles = length_quartiles(lengths)
     records = []
@@ -159,7 +173,7 @@ def evaluate(
         cands = test.candidates(query.query_id)
         cand_ids = [c[0] for c in cands]
         labels = [c[1] for c in cands]
-        reference = teacher.score_full(query.text, [texts_by_id[i] for i in cand_ids]).tolist()
+        reference = teacher_scores(query.text, cand_ids)
         slices = {"query_id": query.query_id, "hard": query.hard, "length_quartile": quartile}
         records.append({"system": "teacher", **slices, **query_metrics(reference, reference, labels)})
         for name, (score, _) in systems.items():
@@ -172,6 +186,7 @@ def evaluate(
         "split": split,
         "teacher": str(teacher_path),
         "students": [str(p) for p in student_paths],
+        "full_models": [str(p) for p in full_paths],
         "queries": len(test.queries),
         "systems": {"teacher": {"family": "teacher", "positions": None}}
         | {name: facts for name, (_, facts) in systems.items()},
@@ -205,6 +220,7 @@ def merge_results(results: Sequence[dict]) -> dict:
     merged = [r for rows in records.values() for r in rows]
     return first | {
         "students": list(dict.fromkeys(s for result in results for s in result["students"])),
+        "full_models": list(dict.fromkeys(m for result in results for m in result.get("full_models", []))),
         "systems": systems,
         "summary": summarize(merged),
         "records": merged,
@@ -290,11 +306,14 @@ def markdown_report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+_LEVELS = {"bm25": {"color": "gray", "ls": "--"}, "no item": {"color": "gray", "ls": ":"}}
+
+
 def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
     """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one panel
     for all queries and one per item-length quartile, one colour per system family — trained gists vs
-    prefix caching (scored by the same student) vs untrained gists — with BM25 and the no-item floor as
-    horizontal lines."""
+    prefix caching (scored by the same student) vs untrained gists — with BM25, the no-item floor and
+    other full-context models as horizontal lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -318,9 +337,11 @@ def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
                 )
                 xs, ys = zip(*runs, strict=True)
                 ax.plot(xs, ys, marker="o", color=colors[index % len(colors)], label=family)
-            for name, style in (("bm25", "--"), ("no item", ":")):
-                if name in summary and part(summary[name]):
-                    ax.axhline(part(summary[name])[metric], color="gray", ls=style, label=name)
+            for name, facts in systems.items():
+                if facts["positions"] or name == "teacher" or not part(summary[name]):
+                    continue
+                style = _LEVELS.get(name, {"color": "black", "ls": "-."})
+                ax.axhline(part(summary[name])[metric], **style, label=name)
             ax.set_xscale("log", base=2)
             ax.set_title(title)
             ax.set_xlabel("stored K/V positions per item")

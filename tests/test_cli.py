@@ -73,6 +73,13 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["eval-merge", str(tmp_path / "eval"), str(tmp_path / "nowhere")])
     assert result.exit_code != 0 and "nowhere/results.jsondoesnotexist" in unboxed(result.output)
+    teacher_only = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), *common]
+    result = runner.invoke(app, teacher_only)
+    assert result.exit_code != 0 and "nothingtoevaluate" in unboxed(result.output)
+    full = ["--full-model", str(tmp_path / "teacher" / "checkpoint"), "--out", str(tmp_path / "eval-full")]
+    result = runner.invoke(app, [*teacher_only, *full])  # a shadow candidate alone, no student
+    assert result.exit_code == 0, result.output
+    assert f"| full context · {tmp_path / 'teacher' / 'checkpoint'} | 1.000 | 1.000 |" in result.output
     args = ["probe", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--queries", "2"]
     args += [
         "--student",

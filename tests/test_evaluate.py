@@ -47,15 +47,22 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         students.append(tmp_path / f"student{t}-{k}" / "checkpoint")
     out = tmp_path / "eval"
     teacher_path = tmp_path / "teacher" / "checkpoint"
-    result = evaluate(data, teacher_path, students, out, device="cpu", prefix_ks=(1,))
+    result = evaluate(
+        data, teacher_path, students, out, device="cpu", prefix_ks=(1,), full_paths=[teacher_path]
+    )
 
     trained = {f"{s} k={k}" for s in ("gist", "untrained gists") for k in (2, 4)}
     hybrid = {"gist t=3 k=2", "untrained gists t=3 k=2"}
     # t + k' for k' in (1, own k), each scored by its own student's body and head
     prefix = {f"prefix {n} · gist k=2" for n in (1, 2)} | {f"prefix {n} · gist k=4" for n in (1, 4)}
     prefix |= {f"prefix {n} · gist t=3 k=2" for n in (3 + 1, 3 + 2)}
-    systems = {"teacher", "bm25", "no item"} | trained | hybrid | prefix
+    full = f"full context · {teacher_path}"  # another full-context model: here the teacher itself
+    systems = {"teacher", "bm25", "no item", full} | trained | hybrid | prefix
     assert set(result["summary"]) == systems
+    assert result["full_models"] == [str(teacher_path)]
+    assert [{**r, "system": "teacher"} for r in result["records"] if r["system"] == full] == [
+        r for r in result["records"] if r["system"] == "teacher"
+    ]
     assert result["systems"]["gist t=3 k=2"] == {"family": "gist t=3", "positions": 5}
     assert result["systems"]["prefix 5 · gist t=3 k=2"] == {"family": "prefix · gist t=3 k=2", "positions": 5}
     assert len(result["records"]) == len(systems) * 2  # two test queries
@@ -78,11 +85,14 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
 
     # the same students evaluated in two runs and merged: the joint evaluation, table and all
     parts = [
-        evaluate(data, teacher_path, group, tmp_path / f"part{i}", device="cpu", prefix_ks=(1,))
-        for i, group in enumerate((students[:1], students[1:]))
+        evaluate(
+            data, teacher_path, group, tmp_path / f"part{i}", device="cpu", prefix_ks=(1,), full_paths=fulls
+        )
+        for i, (group, fulls) in enumerate(((students[:1], []), (students[1:], [teacher_path])))
     ]
     merged = merge_results(parts)
     assert merged["systems"] == result["systems"] and merged["summary"] == result["summary"]
+    assert merged["full_models"] == result["full_models"]
     assert sorted(map(json.dumps, merged["records"])) == sorted(map(json.dumps, result["records"]))
     write_outputs(merged, tmp_path / "merged")
     assert (tmp_path / "merged" / "report.md").read_text() == report
