@@ -38,6 +38,12 @@ def demo(
     max_item_tokens: Annotated[
         int, typer.Option(help="item tokens kept (the full-context shadow reads them all, on CPU)")
     ] = 256,
+    shadow_model: Annotated[
+        str | None,
+        typer.Option(
+            help="full-context model of the shadow; default the shipped teacher for the shipped student"
+        ),
+    ] = None,
 ) -> None:
     """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
     if core:
@@ -47,7 +53,7 @@ def demo(
         return
     from reranker.pipeline_demo import run_pipeline_demo
 
-    run_pipeline_demo(base, workdir, num_gist, dtype, queries, max_item_tokens)
+    run_pipeline_demo(base, workdir, num_gist, dtype, queries, max_item_tokens, shadow_model)
 
 
 @app.command()

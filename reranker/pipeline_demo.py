@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.checkpoints import is_checkpoint, resolve_checkpoint
+from reranker.checkpoints import default_shadow, is_checkpoint, resolve_checkpoint
 from reranker.config import GistConfig, resolve_dtype
 from reranker.demo import sample_queries
 from reranker.model import GistReranker
@@ -107,6 +107,7 @@ def run_pipeline_demo(
     dtype: str = "auto",
     queries: int = 3,
     max_item_tokens: int = 256,
+    shadow_model: str | None = None,
 ) -> None:
     from reranker.serving.client import RerankClient
     from reranker.serving.server import ServerSettings, TritonServer
@@ -141,6 +142,8 @@ def run_pipeline_demo(
     )
     if not trained:
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
+    shadow_model = shadow_model or default_shadow(model)
+    console.print(f"shadow (full_reranker, reads every item in full): {shadow_model}")
 
     broker = KafkaBroker(workdir / "kafka")
     server: TritonServer | None = None
@@ -176,6 +179,7 @@ def run_pipeline_demo(
         server = TritonServer(
             ServerSettings(
                 model_path=str(checkpoint),
+                full_model_path=shadow_model,
                 catalog_url=catalog_url,
                 feast_dir=str(workdir / "feast"),
                 shadow_rate=1.0,

@@ -20,6 +20,7 @@ from rows import catalog_row
 from sqlalchemy.exc import OperationalError
 
 from reranker import kv_codec
+from reranker.checkpoints import DEFAULT_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
 from reranker.errors import EmptyInputError
 from reranker.kv import GistKV
 from reranker.render import render_item
@@ -591,6 +592,16 @@ def test_set_parameters_escapes_values_and_refuses_unknown_keys(tmp_path: Path) 
     assert written["shadow_rate"] == "1.0" and written["metrics_port"] == "9999"
     assert read_parameters((repo / FULL_MODEL / "config.pbtxt").read_text())["model_path"] == "/m"
     assert (repo / GIST_MODEL / "1" / "model.py").is_file()
+
+
+def test_shadow_defaults_to_the_shipped_teacher_only_for_the_shipped_student() -> None:
+    def shadow(**kwargs: str) -> str:
+        return ServerSettings(**kwargs).parameters()[FULL_MODEL]["model_path"]
+
+    assert shadow(model_path="/m") == "/m"  # any other model: its own full-context forward
+    assert shadow(model_path=DEFAULT_CHECKPOINT) == SHADOW_CHECKPOINT
+    assert shadow(model_path=str(SHIPPED[DEFAULT_CHECKPOINT])) == SHADOW_CHECKPOINT  # by folder too
+    assert shadow(model_path=DEFAULT_CHECKPOINT, full_model_path="/t") == "/t"
 
 
 def test_server_env_puts_this_interpreter_first(tmp_path: Path) -> None:

@@ -12,7 +12,11 @@ from pathlib import Path
 
 CHECKPOINT_FILE = "gistrank.json"
 DEFAULT_CHECKPOINT = "gistrank-hybrid-t32-k8"
-SHIPPED = {DEFAULT_CHECKPOINT: Path(__file__).parent / "hybrid-t32-k8"}
+SHADOW_CHECKPOINT = "gistrank-teacher-lora"  # full-context LoRA cross-encoder on the same base and data
+SHIPPED = {
+    DEFAULT_CHECKPOINT: Path(__file__).parent / "hybrid-t32-k8",
+    SHADOW_CHECKPOINT: Path(__file__).parent / "teacher-lora",
+}
 
 
 def resolve_checkpoint(ref: str | Path) -> str | Path:
@@ -23,3 +27,10 @@ def resolve_checkpoint(ref: str | Path) -> str | Path:
 def is_checkpoint(ref: str | Path) -> bool:
     """Whether `ref` (alias or folder) is a GistRank checkpoint rather than a base model."""
     return (Path(resolve_checkpoint(ref)) / CHECKPOINT_FILE).is_file()
+
+
+def default_shadow(model: str | Path) -> str:
+    """The full-context model that checks `model` online when none is named: the shipped teacher for the
+    shipped student (both trained on the same data and base), else `model`'s own full-context forward."""
+    shipped_student = Path(resolve_checkpoint(model)).resolve() == SHIPPED[DEFAULT_CHECKPOINT].resolve()
+    return SHADOW_CHECKPOINT if shipped_student else str(model)

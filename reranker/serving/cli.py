@@ -26,7 +26,11 @@ def serve(
         str, typer.Option(help="catalog DB (recompute source)")
     ] = "sqlite:///var/catalog.db",
     full_model: Annotated[
-        str | None, typer.Option(help="shadow's full-context model; default --model")
+        str | None,
+        typer.Option(
+            help="shadow's full-context model; default the shipped teacher for the shipped student, "
+            "else --model's own full-context forward"
+        ),
     ] = None,
     feast_online: Annotated[str, typer.Option(help="sqlite | redis | none")] = "sqlite",
     feast_dir: Annotated[

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from reranker.checkpoints import default_shadow
+
 logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +54,7 @@ class ServerSettings:
 
     model_path: str
     catalog_url: str = "sqlite:///var/catalog.db"
-    full_model_path: str | None = None  # the shadow's model; default model_path (its full-context forward)
+    full_model_path: str | None = None  # the shadow's model; default checkpoints.default_shadow(model_path)
     feast_online: str = "sqlite"  # sqlite | redis | none
     feast_dir: str = ""  # "" = GistStore's default ($GISTRANK_FEAST_DIR or var/feast)
     redis_url: str = ""
@@ -91,7 +93,7 @@ class ServerSettings:
             "metrics_port": str(self.model_metrics_port),
         }
         full = {
-            "model_path": self.full_model_path or self.model_path,
+            "model_path": self.full_model_path or default_shadow(self.model_path),
             "device": self.device,
             "num_threads": str(self.num_threads),
             "catalog_url": self.catalog_url,
