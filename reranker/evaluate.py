@@ -313,13 +313,15 @@ def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
     """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one panel
     for all queries and one per item-length quartile, one colour per system family — trained gists vs
     prefix caching (scored by the same student) vs untrained gists — with BM25, the no-item floor and
-    other full-context models as horizontal lines."""
+    other full-context models as horizontal lines. No students, no plots."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     families = sorted({f["family"] for f in systems.values() if f["positions"]})
+    if not families:  # only full-context models and baselines: nothing varies with k
+        return []
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     quartiles = sorted({q for s in summary.values() for q in s["by_length_quartile"]})
     panels = [("all queries", lambda s: s["all"])] + [
