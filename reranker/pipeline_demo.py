@@ -142,7 +142,8 @@ def run_pipeline_demo(
     )
     if not trained:
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
-    shadow_model = shadow_model or default_shadow(model)
+    # resolved, so an untrained wrap's shadow is the very model saved above (same item cap), not a new wrap
+    shadow_model = shadow_model or default_shadow(checkpoint)
     console.print(f"shadow (full_reranker, reads every item in full): {shadow_model}")
 
     broker = KafkaBroker(workdir / "kafka")
