@@ -289,7 +289,8 @@ def evaluate(
         full_paths=full_model or [],
     )
     typer.echo((out / "report.md").read_text())
-    typer.echo(f"{result['queries']} queries; wrote {out}/results.json, report.md and plots")
+    plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot
+    typer.echo(f"{result['queries']} queries; wrote {out}/results.json, report.md{plots}")
 
 
 @app.command(name="eval-merge")

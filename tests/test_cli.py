@@ -81,6 +81,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert f"| full context · {tmp_path / 'teacher' / 'checkpoint'} | 1.000 | 1.000 |" in result.output
     assert not list((tmp_path / "eval-full").glob("*.png"))  # no student: no metric-vs-k plot
+    assert result.output.rstrip().endswith("results.json, report.md")
     args = ["probe", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--queries", "2"]
     args += [
         "--student",
