@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.checkpoints import default_shadow, is_checkpoint, resolve_checkpoint
+from reranker.checkpoints import is_checkpoint, resolve_checkpoint
 from reranker.config import GistConfig, resolve_dtype
 from reranker.demo import sample_queries
 from reranker.model import GistReranker
@@ -142,9 +142,6 @@ def run_pipeline_demo(
     )
     if not trained:
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
-    # resolved, so an untrained wrap's shadow is the very model saved above (same item cap), not a new wrap
-    shadow_model = shadow_model or default_shadow(checkpoint)
-    console.print(f"shadow (full_reranker, reads every item in full): {shadow_model}")
 
     broker = KafkaBroker(workdir / "kafka")
     server: TritonServer | None = None
@@ -177,21 +174,23 @@ def run_pipeline_demo(
         )
 
         step("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
-        server = TritonServer(
-            ServerSettings(
-                model_path=str(checkpoint),
-                full_model_path=shadow_model,
-                catalog_url=catalog_url,
-                feast_dir=str(workdir / "feast"),
-                shadow_rate=1.0,
-                l1_ttl_s=L1_TTL_S,
-                http_port=0,
-                grpc_port=0,
-                metrics_port=0,
-                model_metrics_port=0,
-                workdir=str(workdir / "triton"),
-            )
-        ).start()
+        # the resolved checkpoint, so an untrained wrap's shadow is the very model saved above (same
+        # item cap), not a new wrap of the base
+        settings = ServerSettings(
+            model_path=str(checkpoint),
+            full_model_path=shadow_model,
+            catalog_url=catalog_url,
+            feast_dir=str(workdir / "feast"),
+            shadow_rate=1.0,
+            l1_ttl_s=L1_TTL_S,
+            http_port=0,
+            grpc_port=0,
+            metrics_port=0,
+            model_metrics_port=0,
+            workdir=str(workdir / "triton"),
+        )
+        console.print(f"shadow (full_reranker, reads every item in full): {settings.shadow_path}")
+        server = TritonServer(settings).start()
         console.print(
             f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.model_metrics_url}"
         )

@@ -60,5 +60,6 @@ def test_shipped_teacher_ranks_test_queries_far_better_than_its_untrained_base()
         for m, out in ((teacher, trained_ndcg), (untrained, untrained_ndcg)):
             with torch.inference_mode():
                 out.append(ndcg_at_k(m.score_full(query, texts).tolist(), labels, 10))
+    # measured 0.997, 1.000, 0.833 (untrained base: 0.057, 0.442, 0.096); 130 s on 2 CPU cores
     assert sum(trained_ndcg) / 3 >= 0.9, trained_ndcg
     assert sum(trained_ndcg) / 3 > sum(untrained_ndcg) / 3 + 0.3, (trained_ndcg, untrained_ndcg)

@@ -73,6 +73,11 @@ class ServerSettings:
     model_metrics_port: int = 8003  # gistrank_* metrics of the gist_reranker process
     workdir: str = ""  # runtime repository, backends and log; "" = a fresh temporary dir
 
+    @property
+    def shadow_path(self) -> str:
+        """The shadow's full-context model: `full_model_path`, else `checkpoints.default_shadow`."""
+        return self.full_model_path or default_shadow(self.model_path)
+
     def parameters(self) -> dict[str, dict[str, str]]:
         """The config.pbtxt parameter values of each model for this run."""
         gist = {
@@ -93,7 +98,7 @@ class ServerSettings:
             "metrics_port": str(self.model_metrics_port),
         }
         full = {
-            "model_path": self.full_model_path or default_shadow(self.model_path),
+            "model_path": self.shadow_path,
             "device": self.device,
             "num_threads": str(self.num_threads),
             "catalog_url": self.catalog_url,
