@@ -176,7 +176,7 @@ def run_pipeline_demo(
         step("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
         # the resolved checkpoint, so an untrained wrap's shadow is the very model saved above (same
         # item cap), not a new wrap of the base
-        settings = ServerSettings(
+        serving = ServerSettings(
             model_path=str(checkpoint),
             full_model_path=shadow_model,
             catalog_url=catalog_url,
@@ -189,8 +189,8 @@ def run_pipeline_demo(
             model_metrics_port=0,
             workdir=str(workdir / "triton"),
         )
-        console.print(f"shadow (full_reranker, reads every item in full): {settings.shadow_path}")
-        server = TritonServer(settings).start()
+        console.print(f"shadow (full_reranker, reads every item in full): {serving.shadow_path}")
+        server = TritonServer(serving).start()
         console.print(
             f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.model_metrics_url}"
         )
