@@ -74,6 +74,15 @@ def model_meta(base: str, model: GistReranker, dtype: str) -> dict:
     return {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}
 
 
+def print_table(console: Console, title: str, columns: Sequence[str], cells: list[list[str]]) -> None:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in cells:
+        table.add_row(*row)
+    console.print(table)
+
+
 def publish(
     console: Console,
     title: str,
@@ -84,12 +93,7 @@ def publish(
     out: Path,
 ) -> None:
     """Print the measured rows side by side (right-aligned table) and write {meta, rows} JSON to `out`."""
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col, justify="right")
-    for row in cells:
-        table.add_row(*row)
-    console.print(table)
+    print_table(console, title, columns, cells)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     console.print(f"wrote {out}")

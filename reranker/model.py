@@ -12,6 +12,7 @@ The forwards sharing those parameters (sequence layouts in `layout.py`):
     score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
     score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
     query_states(query, items) either of the two, plus the query's output at every layer (distillation)
+    attention(query, items)    either of the two, its head-averaged attention weights (probe)
     score_packed(items, qs)    item (+ gists) + many queries per row           → training throughput
     compress_prefix(items)     K/V of the item's first t + k tokens: the matched-budget baseline
     autoencode_loss(items)     item + gists + prompt + item head, gist mask    → training objective
@@ -33,6 +34,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerBase
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from monitoring.metrics import ITEMS_TRUNCATED
 from reranker import layout
@@ -302,9 +304,10 @@ class GistReranker(nn.Module):
         item_lens: torch.Tensor | None,
         item_visibility: float = 0.0,
         all_layers: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """Right-pad rows of embeddings and run the decoder → (last hidden (N, S, D), seq_lens (N,),
-        each layer's output (N, S, D) when `all_layers`, else ()).
+        attentions: bool = False,
+    ) -> tuple[BaseModelOutputWithPast, torch.Tensor]:
+        """Right-pad rows of embeddings and run the decoder → (its output: last hidden (N, S, D), plus
+        every layer's when `all_layers` and attention weights when `attentions`; seq_lens (N,)).
 
         item_lens None: plain causal (full context). Otherwise the gist mask over rows laid out as
         item + gists + tail, optionally softened by `item_visibility` (mask curriculum)."""
@@ -321,10 +324,13 @@ class GistReranker(nn.Module):
                 leak = layout.cut_block(item_lens, k, total, t) & layout.full_mask(seq_lens, total)
                 mask = layout.with_item_visibility(mask, leak, item_visibility)
         out = self._decoder()(
-            inputs_embeds=embeds, position_ids=positions, attention_mask=mask, output_hidden_states=all_layers
+            inputs_embeds=embeds,
+            position_ids=positions,
+            attention_mask=mask,
+            output_hidden_states=all_layers,
+            output_attentions=attentions,
         )
-        layers = tuple(out.hidden_states[1:]) if all_layers else ()  # [0] is the input embeddings
-        return out.last_hidden_state, seq_lens, layers
+        return out, seq_lens
 
     def _score_last(self, hidden: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
         """Relevance logit of each row's last real token (the score token) → (N,) float32."""
@@ -352,6 +358,17 @@ class GistReranker(nn.Module):
         gists and a teacher reading the whole item."""
         return self._score_tail(query, items, full, item_visibility, all_layers=True)
 
+    def _tail_rows(
+        self, query: str, items: Sequence[str], full: bool
+    ) -> tuple[list[torch.Tensor], list[list[int]], int]:
+        """Rows of item (+ gists unless `full`) + query + score token → (rows, each item's token ids,
+        tail length ℓ)."""
+        q = self._query_tail(query)  # (ℓ, D)
+        item_ids, _ = self._item_ids(items)
+        gists = [] if full else [self.gist_embeddings]
+        rows = [torch.cat([self._embed(ids), *gists, q]) for ids in item_ids]
+        return rows, item_ids, q.shape[0]
+
     def _score_tail(
         self,
         query: str,
@@ -360,21 +377,38 @@ class GistReranker(nn.Module):
         item_visibility: float = 0.0,
         all_layers: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows of item (+ gists unless `full`) + query + score token → (scores (N,), the tail's layer
-        outputs (N, L, ℓ, D) when `all_layers`, else an empty tensor)."""
-        q = self._query_tail(query)  # (ℓ, D)
-        item_ids, _ = self._item_ids(items)
-        gists = [] if full else [self.gist_embeddings]
-        rows = [torch.cat([self._embed(ids), *gists, q]) for ids in item_ids]
-        item_lens = None if full else torch.tensor([len(ids) for ids in item_ids], device=self.device)
+        """Rows of `_tail_rows` → (scores (N,), the tail's layer outputs (N, L, ℓ, D) when `all_layers`,
+        else an empty tensor)."""
+        rows, item_ids, tail_len = self._tail_rows(query, items, full)
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            hidden, seq_lens, layers = self._forward_rows(rows, item_lens, item_visibility, all_layers)
-            scores = self._score_last(hidden, seq_lens)
+            out, seq_lens = self._forward_rows(rows, self._lens(item_ids, full), item_visibility, all_layers)
+            scores = self._score_last(out.last_hidden_state, seq_lens)
             if not all_layers:
                 return scores, scores.new_empty(0)
-            tail = seq_lens[:, None] - q.shape[0] + torch.arange(q.shape[0], device=self.device)  # (N, ℓ)
+            tail = seq_lens[:, None] - tail_len + torch.arange(tail_len, device=self.device)  # (N, ℓ)
             rows_idx = torch.arange(len(rows), device=self.device)[:, None]
+            layers = out.hidden_states[1:]  # [0] is the input embeddings
             return scores, torch.stack([h[rows_idx, tail] for h in layers], dim=1)
+
+    @torch.inference_mode()
+    def attention(self, query: str, items: Sequence[str], full: bool) -> tuple[torch.Tensor, list[int], int]:
+        """Where every position looks in `score_full`'s (or `score_masked`'s) forward: attention
+        weights averaged over heads → ((N, L, S, S) float32, item token counts j, tail length ℓ).
+        Diagnostics only (`gistrank probe`): run with eager attention, the one implementation that
+        returns weights."""
+        rows, item_ids, tail_len = self._tail_rows(query, items, full)
+        base = self._base_lm()
+        before = base.config._attn_implementation
+        base.set_attn_implementation("eager")
+        try:
+            out, _ = self._forward_rows(rows, self._lens(item_ids, full), attentions=True)
+        finally:
+            base.set_attn_implementation(before)
+        return torch.stack([a.float().mean(1) for a in out.attentions], dim=1), item_ids, tail_len
+
+    def _lens(self, item_ids: list[list[int]], full: bool) -> torch.Tensor | None:
+        """Item token counts j (N,) for the gist mask; None for the full-context forward."""
+        return None if full else torch.tensor([len(ids) for ids in item_ids], device=self.device)
 
     def score_packed(
         self,
@@ -442,7 +476,7 @@ class GistReranker(nn.Module):
             for ids, t in zip(item_ids, targets, strict=True)
         ]
         item_lens = torch.tensor([len(ids) for ids in item_ids], device=self.device)
-        hidden, _, _ = self._forward_rows(rows, item_lens, item_visibility)
+        hidden = self._forward_rows(rows, item_lens, item_visibility)[0].last_hidden_state
         k, p = self.gist.num_gist, prompt.shape[0]
         losses = []
         for row, (j, t) in enumerate(zip(item_lens.tolist(), targets, strict=True)):

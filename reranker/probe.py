@@ -20,6 +20,13 @@ means over queries of each query's C candidates:
   slots only). It tells the two ways a student fails apart: gists that hardly depend on their item
   (writing) and a query that does not use them (reading). Layer 1's is 0 by construction: its gist
   values are projections of the gist embeddings alone.
+* where attention goes (head-averaged weights, eager attention; second table): the gists' attention to
+  BOS and to the rest of the item, and how many item tokens they effectively read (exp of the entropy
+  of their attention over the item after BOS); the student's query's attention to its gists and to its
+  raw prefix (t > 0); the teacher's query's attention to the item after BOS. JSON `meta.gist_reads`
+  has, per layer, the item tokens the gists attend to most (share of their item attention, summed over
+  a token's occurrences, mean over items): a handful of tokens every item shares (a lone space, the
+  first token) is attention-sink behaviour, and gists that write those write nothing item-specific.
 * autoencoding, own vs another item (one number per run, not per layer): nats/token of regenerating
   each probed item's title and attributes from its own gists (`GistReranker.autoencode_loss`) and from
   the gists of an item of another query. Equal: the gists tell the decoder nothing about their item.
@@ -27,17 +34,30 @@ means over queries of each query's C candidates:
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from tqdm.auto import tqdm
 
-from reranker.bench import publish
+from reranker.bench import print_table, publish
 from reranker.config import GistConfig
 from reranker.model import GistReranker
 from reranker.relevance_data import RelevanceSet
 from reranker.train import hidden_distill_loss
+
+# per layer: the gists' attention to item token 0 (BOS) and to the rest of the item, how many item
+# tokens they effectively read, the student's query's attention to its gists and raw prefix, and the
+# teacher's query's attention to the item after BOS
+ATTENTION_KEYS = (
+    "gist_to_bos",
+    "gist_to_item",
+    "gist_reads",
+    "query_to_gists",
+    "query_to_prefix",
+    "teacher_to_item",
+)
 
 
 def probe_states(
@@ -67,9 +87,10 @@ def probe_states(
         student = student.with_gist_config(
             GistConfig(**(student.gist.model_dump() | {"num_gist": k, "keep_item_prefix": t}))
         )
-    keys = ("share", "share_s", "gap", "centered", "peak_s", "peak_t", "gist_v_share")
+    keys = ("share", "share_s", "gap", "centered", "peak_s", "peak_t", "gist_v_share", *ATTENTION_KEYS)
     sums: list[dict[str, float]] = []
     probed: list[str] = []
+    reads: list[Counter[int]] = []  # per layer: item token id → summed share of the gists' item attention
     for query in tqdm(chosen, desc="probe queries"):
         judged = sorted(data.candidates(query.query_id), key=lambda c: (-c[1], c[0]))[:candidates]
         texts = [data.items[item_id].text for item_id, _ in judged]
@@ -78,6 +99,7 @@ def probe_states(
             _, t = teacher.query_states(query.text, texts, full=True)  # (C, L, ℓ, D)
             _, s = student.query_states(query.text, texts, full=False)
             kvs = student.compress(texts)
+        attention = _attention_shares(teacher, student, query.text, texts, reads)
         t, s = t.float(), s.float()
         gist_v = torch.stack([kv.kv[:, 1, :, kv.prefix_tokens :] for kv in kvs]).float()  # (C, L, H, k, h)
         sums = sums or [dict.fromkeys(keys, 0.0) for _ in range(t.shape[1])]
@@ -90,6 +112,8 @@ def probe_states(
             acc["peak_s"] += float(sl.norm(dim=-1).max())
             acc["peak_t"] += float(tl.norm(dim=-1).max())
             acc["gist_v_share"] += _item_share(gist_v[:, layer])
+            for key in ATTENTION_KEYS:
+                acc[key] += attention[key][layer]
     rows = [
         {"layer": layer + 1} | {key: value / len(chosen) for key, value in acc.items()}
         for layer, acc in enumerate(sums)
@@ -130,7 +154,17 @@ def probe_states(
     columns = ("layer", "share T", "share S", "1−cos", "centered", "peak S", "peak T", "gist V")
     meta = {"teacher": str(teacher_path), "student": str(student_path), "fresh_gists": fresh_gists}
     meta |= {"split": split, "mean": mean, "autoencode_nats_per_token": autoencode}
+    meta["gist_reads"] = [
+        [[student.tokenizer.decode([tok]), share / len(probed)] for tok, share in layer.most_common(3)]
+        for layer in reads
+    ]
     console = Console()
+    print_table(
+        console,
+        f"where attention goes: the student's gists and query, the teacher's query ({len(chosen)} queries)",
+        ("layer", "gist→BOS", "gist→item", "gist reads", "q→gists", "q→prefix", "T q→item"),
+        [[str(r["layer"]), *(f"{r[key]:.2f}" for key in ATTENTION_KEYS)] for r in rows],
+    )
     publish(console, title, columns, cells, meta, rows, out)
     console.print(
         f"autoencoding from the gists: {autoencode['own']:.3f} nats/token from its own item's, "
@@ -142,3 +176,42 @@ def probe_states(
 def _item_share(x: torch.Tensor) -> float:
     """Fraction of x's energy that varies over dim 0 (a query's candidates): ‖x − mean‖² / ‖x‖²."""
     return float((x - x.mean(0)).pow(2).sum() / x.pow(2).sum())
+
+
+def _attention_shares(
+    teacher: GistReranker, student: GistReranker, query: str, texts: list[str], reads: list[Counter[int]]
+) -> dict[str, list[float]]:
+    """ATTENTION_KEYS → one value per layer (mean over the query's candidates) for one query; adds each
+    candidate's per-layer token shares of the gists' item attention to `reads`."""
+    t_attn, _, tail = teacher.attention(query, texts, full=True)  # (C, L, S, S)
+    s_attn, item_ids, _ = student.attention(query, texts, full=False)
+    k, t = student.gist.num_gist, student.gist.keep_item_prefix
+    layers = s_attn.shape[1]
+    reads.extend(Counter() for _ in range(layers - len(reads)))
+    per_item = []
+    for c, ids in enumerate(item_ids):
+        j = len(ids)
+        gists, asks = slice(j, j + k), slice(j + k, j + k + tail)
+        to_item = s_attn[c, :, gists, 1:j]  # (L, k, j-1)
+        mass = to_item.sum(-1, keepdim=True)
+        p = to_item / mass.clamp_min(1e-12)
+        entropy = -(p * p.clamp_min(1e-12).log()).sum(-1)  # (L, k)
+        per_item.append(
+            {
+                "gist_to_bos": s_attn[c, :, gists, 0].mean(-1),
+                "gist_to_item": mass.squeeze(-1).mean(-1),
+                "gist_reads": entropy.exp().mean(-1),
+                "query_to_gists": s_attn[c, :, asks, j : j + k].sum(-1).mean(-1),
+                "query_to_prefix": s_attn[c, :, asks, : min(t, j)].sum(-1).mean(-1),
+                "teacher_to_item": t_attn[c, :, j : j + tail, 1:j].sum(-1).mean(-1),
+            }
+        )
+        shares = p.mean(1)  # (L, j-1): the gists' item attention over item positions 1 … j-1
+        tokens = torch.tensor(ids[1:])
+        for layer in range(layers):
+            by_token = torch.zeros(int(tokens.max()) + 1).index_add_(0, tokens, shares[layer])
+            reads[layer].update({int(i): float(by_token[i]) for i in tokens.unique()})
+    return {
+        key: [float(sum(x[key][n] for x in per_item) / len(per_item)) for n in range(layers)]
+        for key in ATTENTION_KEYS
+    }

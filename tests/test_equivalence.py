@@ -78,8 +78,8 @@ def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> No
     q = tiny_model._query_tail(QUERY)
     rows = [torch.cat([tiny_model._embed(ids[:k]), q]) for ids in item_ids]
     with torch.no_grad():
-        hidden, seq_lens, _ = tiny_model._forward_rows(rows, None)
-        reference = tiny_model._score_last(hidden, seq_lens)
+        out, seq_lens = tiny_model._forward_rows(rows, None)
+        reference = tiny_model._score_last(out.last_hidden_state, seq_lens)
     assert_scores_equal(tiny_model.score(QUERY, kvs), reference)
 
 
@@ -162,8 +162,8 @@ def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
     q = model._query_tail(QUERY)
     rows = [torch.cat([model._embed(ids[:10]), q]) for ids in item_ids]
     with torch.no_grad():
-        hidden, seq_lens, _ = model._forward_rows(rows, None)
-        reference = model._score_last(hidden, seq_lens)
+        out, seq_lens = model._forward_rows(rows, None)
+        reference = model._score_last(out.last_hidden_state, seq_lens)
     assert_scores_equal(model.score(QUERY, kvs), reference)
 
 

@@ -51,6 +51,6 @@ def test_zero_filled_item_placeholders_break_equivalence(tiny_model: GistReranke
     rows = [torch.cat([torch.zeros(len(ids), q.shape[1]), tiny_model.gist_embeddings, q]) for ids in item_ids]
     lens = torch.tensor([len(ids) for ids in item_ids])
     with torch.no_grad():
-        hidden, seq_lens, _ = tiny_model._forward_rows(rows, lens)
-        placeholders = tiny_model._score_last(hidden, seq_lens)
+        out, seq_lens = tiny_model._forward_rows(rows, lens)
+        placeholders = tiny_model._score_last(out.last_hidden_state, seq_lens)
     assert clearly_differ(placeholders, reference)

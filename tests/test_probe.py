@@ -98,3 +98,46 @@ def test_probe_autoencoding_control_sees_what_the_gists_tell(tiny_base: Path, tm
         gaps[name] = ae["another_item"] - ae["own"]
     # measured: 0.14 nats/token trained (40 steps on 4 items; tiny learns this slowly), 0.003 untrained
     assert gaps["trained"] > 0.05 and gaps["trained"] > 10 * abs(gaps["untrained"]), gaps
+
+
+def test_attention_weights_obey_each_layout(tiny_base: Path) -> None:
+    """`attention` returns the weights the forward used: rows are distributions over the columns the
+    mask allows, exactly 0 elsewhere (the query never reads hidden item tokens), and the model keeps
+    its own attention implementation afterwards."""
+    model = GistReranker.from_pretrained(
+        str(tiny_base), GIST.model_copy(update={"keep_item_prefix": 3}), device="cpu"
+    )
+    before = model.lm.config._attn_implementation
+    items = [i.text for i in list(tiny_relevance_set().items.values())[:3]]
+    k, t = model.gist.num_gist, model.gist.keep_item_prefix
+    masked, ids, tail = model.attention("256GB phone", items, full=False)
+    full, full_ids, full_tail = model.attention("256GB phone", items, full=True)
+    assert model.lm.config._attn_implementation == before
+    assert ids == full_ids and tail == full_tail == len(model.query_ids("256GB phone")) + 1
+    layers = model.lm.config.num_hidden_layers
+    for c, item in enumerate(ids):
+        j = len(item)
+        n = j + k + tail
+        assert masked.shape[1] == layers and masked[c, :, :n, :n].sum(-1) == pytest.approx(
+            torch.ones(layers, n)
+        )
+        assert masked[c, :, :n, n:].abs().sum() == 0.0  # padding (none on the longest row)
+        assert masked[c, :, j + k :, t:j].abs().max() == 0.0  # the gist mask: hidden item columns
+        assert masked[c, :, j + k :, :t].min() > 0.0  # the hybrid prefix stays visible
+        assert full[c, :, j:, 1:j].min() > 0.0  # full context: the query reads the whole item
+        assert torch.triu(full[c, :, : j + tail, : j + tail], diagonal=1).abs().max() == 0.0  # causal
+
+
+def test_probe_says_where_attention_goes(checkpoint: Path, tmp_path: Path) -> None:
+    rows = probe_states(tiny_relevance_set(), checkpoint, checkpoint, tmp_path / "p.json", device="cpu")
+    meta = json.loads((tmp_path / "p.json").read_text())["meta"]
+    for r in rows:
+        assert r["query_to_prefix"] == 0.0  # pure gisting: no raw item token for the query to read
+        assert 0.0 < r["query_to_gists"] < 1.0 and 0.0 < r["teacher_to_item"] < 1.0
+        assert min(r["gist_to_bos"], r["gist_to_item"]) > 0.0
+        assert r["gist_to_bos"] + r["gist_to_item"] < 1.0  # the rest: the gists before and at each gist
+        assert 1.0 <= r["gist_reads"] <= GIST.max_item_tokens
+    assert len(meta["gist_reads"]) == len(rows)
+    for top in meta["gist_reads"]:
+        shares = [share for _, share in top]
+        assert len(top) == 3 and shares == sorted(shares, reverse=True) and 0.0 < sum(shares) <= 1.0 + 1e-6
