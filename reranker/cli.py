@@ -168,6 +168,9 @@ def train(
         int, typer.Option(help="t: first item tokens kept as raw K/V beside the gists (hybrid; 0 = off)")
     ] = 0,
     max_item_tokens: int = 512,
+    gist_read_bias: Annotated[
+        float, typer.Option(help="b: raise the query's attention logits on its gists by b (0 = off)")
+    ] = 0.0,
     dtype: DType = "auto",
     config: Annotated[Path | None, typer.Option(help="JSON file of further TrainConfig fields")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run saved in --out")] = False,
@@ -184,6 +187,7 @@ def train(
             num_gist=num_gist,
             keep_item_prefix=keep_item_prefix,
             max_item_tokens=max_item_tokens,
+            gist_read_bias=gist_read_bias,
             dtype=resolve_dtype(dtype),
         )
         extra = json.loads(config.read_text()) if config else {}

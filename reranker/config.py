@@ -41,6 +41,13 @@ class GistConfig(BaseModel):
     keep_item_prefix: int = Field(
         0, ge=0, description="t: first item tokens kept as raw K/V beside the gists (0 = pure gisting)"
     )
+    gist_read_bias: float = Field(
+        0.0,
+        ge=0.0,
+        le=20.0,
+        description="b: added to the query's attention logits on every gist (each gist weighs e^b times), "
+        "in training and online alike; 0 = plain gisting (layout.with_read_bias)",
+    )
     max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
     dtype: DType = Field("float32", description="compute and K/V storage dtype (see preferred_dtype)")
     query_template: str = Field(

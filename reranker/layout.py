@@ -6,7 +6,8 @@ Four sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl
         positions  0 … j-1 | j … j+k-1 | j+k … j+k+ℓ-1 | pad
         tokens     item    | gists     | query + score | pad
         mask       causal, minus the block (after-gist rows × item columns t … j-1): the query and the
-                   score token see the item ONLY through the gists and its first t tokens.
+                   score token see the item ONLY through the gists and its first t tokens; plus the
+                   read bias b on after-gist rows × gist columns (`with_read_bias`; b = 0 by default)
 
     compression (`compress`), left-padded so every row's gists are its last k slots:
         positions  pad | 0 … j-1 | j … j+k-1
@@ -16,7 +17,8 @@ Four sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl
         cache      p prefix + k gist columns per row (keys rotated at 0 … p-1 and j … j+k-1 when
                    compressed); rows with p < P (the batch's longest prefix) get masked pad columns
         positions  j+k … j+k+ℓ-1 — a per-row offset, so every query→gist distance equals training's
-        mask       every real cached column visible, causal over the query
+        mask       every real cached column visible, causal over the query; read bias b on the gist
+                   columns, exactly as in training
 
     packed training (`score_packed`): item + gists + query 1 + query 2 + …, every query block at
         positions j+k …, seeing the item (prefix) and gists but never another block (`packed`)
@@ -54,6 +56,37 @@ def cut_block(item_lens: torch.Tensor, num_gist: int, total: int, keep: int = 0)
     after_gists = pos[None, :, None] >= (item_lens + num_gist)[:, None, None]  # (N, S, 1) rows
     item_cols = (pos[None, None, :] < item_lens[:, None, None]) & (pos >= keep)  # (N, 1, S) columns
     return after_gists & item_cols
+
+
+def gist_reads(item_lens: torch.Tensor, num_gist: int, total: int) -> torch.Tensor:
+    """Rows after the gists × the gist columns j … j+k-1 → bool `(N, total, total)`: where the query
+    (and in the packed layout every query block) reads the gists. The entries `with_read_bias` raises."""
+    pos = torch.arange(total, device=item_lens.device)
+    after_gists = pos[None, :, None] >= (item_lens + num_gist)[:, None, None]  # (N, S, 1) rows
+    gist_cols = (pos[None, None, :] >= item_lens[:, None, None]) & (
+        pos[None, None, :] < (item_lens + num_gist)[:, None, None]
+    )  # (N, 1, S) columns
+    return after_gists & gist_cols
+
+
+def online_gist_reads(
+    n: int, prefix_slots: int, num_gist: int, query_len: int, device: torch.device
+) -> torch.Tensor:
+    """`gist_reads` of the online layout (`online_mask`'s columns) → bool `(N, ℓ, P + k + ℓ)`."""
+    reads = torch.zeros(n, query_len, prefix_slots + num_gist + query_len, dtype=torch.bool, device=device)
+    reads[:, :, prefix_slots : prefix_slots + num_gist] = True
+    return reads
+
+
+def with_read_bias(mask: torch.Tensor, reads: torch.Tensor, bias: float) -> torch.Tensor:
+    """Read bias: add `bias` to the attention logits where the query reads a gist, so each gist weighs
+    as if it were there e^bias times. An untrained query gives its gists a few percent of its attention
+    (reports/quality.md, "Where attention goes"); this starts it reading them. Every layout that scores
+    applies it to the same query → gist entries, so training and online stay equal.
+    mask: additive `(N, 1, S_q, S_k)`; reads: bool `(N, S_q, S_k)` (`gist_reads`, `online_gist_reads`)."""
+    if bias == 0.0:
+        return mask
+    return torch.where(reads.unsqueeze(1), mask + bias, mask)
 
 
 def training_mask(

@@ -246,7 +246,9 @@ class GistReranker(nn.Module):
         version = sum(p._version for p in params)
         if self._fingerprint is None or self._fingerprint[0] != version:
             h = hashlib.blake2b(digest_size=16)
-            h.update(self.gist.model_dump_json().encode())
+            # a read bias of 0 hashes as before the field existed: saved checkpoints keep their fingerprint
+            plain = self.gist.gist_read_bias == 0.0
+            h.update(self.gist.model_dump_json(exclude={"gist_read_bias"} if plain else None).encode())
             seen: set[int] = set()
             for name, t in sorted(self.state_dict(keep_vars=True).items()):
                 if t.data_ptr() in seen:  # tied weights (embeddings / lm_head) hash once
@@ -323,6 +325,9 @@ class GistReranker(nn.Module):
             if item_visibility > 0:
                 leak = layout.cut_block(item_lens, k, total, t) & layout.full_mask(seq_lens, total)
                 mask = layout.with_item_visibility(mask, leak, item_visibility)
+            mask = layout.with_read_bias(
+                mask, layout.gist_reads(item_lens, k, total), self.gist.gist_read_bias
+            )
         out = self._decoder()(
             inputs_embeds=embeds,
             position_ids=positions,
@@ -434,6 +439,11 @@ class GistReranker(nn.Module):
         mask = layout.additive(allowed.to(self.device), self.dtype)
         if item_visibility > 0:
             mask = layout.with_item_visibility(mask, cut.to(self.device), item_visibility)
+        if not full:
+            item_lens = torch.tensor([len(i) for i in item_ids], device=self.device)
+            mask = layout.with_read_bias(
+                mask, layout.gist_reads(item_lens, k, total), self.gist.gist_read_bias
+            )
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
             hidden = self._decoder()(
                 inputs_embeds=torch.nn.utils.rnn.pad_sequence(rows, batch_first=True),
@@ -589,6 +599,8 @@ class GistReranker(nn.Module):
         gist_start = torch.tensor([x.gist_start for x in kvs], device=self.device)  # (N,)
         positions = layout.online_positions(gist_start, k, q.shape[0])  # (N, ℓ)
         mask = layout.additive(layout.online_mask(prefix_lens, slots, k, q.shape[0]), self.dtype)
+        reads = layout.online_gist_reads(n, slots, k, q.shape[0], self.device)
+        mask = layout.with_read_bias(mask, reads, self.gist.gist_read_bias)
         result = self._decoder()(
             inputs_embeds=embeds, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
         )

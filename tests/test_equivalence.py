@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,45 @@ def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
         out, seq_lens = model._forward_rows(rows, None)
         reference = model._score_last(out.last_hidden_state, seq_lens)
     assert_scores_equal(model.score(QUERY, kvs), reference)
+
+
+# ---------------------------------------------------------- read bias: query → gist logits raised by b
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("t", [0, 5])
+def test_read_bias_online_score_equals_masked_forward(tiny_bases: dict[str, Path], arch: str, t: int) -> None:
+    gist = GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32")
+    plain = GistReranker.from_pretrained(tiny_bases[arch], gist, device="cpu")
+    model = plain.with_gist_config(gist.model_copy(update={"gist_read_bias": 2.0}))
+    kvs = model.compress(ITEMS, batch_size=3)
+    assert_scores_equal(model.score(QUERY, kvs), model.score_masked(QUERY, ITEMS))
+    # the stored K/V is the same (the bias acts on the query's reads only); the scores are not
+    for a, b in zip(kvs, plain.compress(ITEMS, batch_size=3), strict=True):
+        torch.testing.assert_close(a.kv, b.kv)
+    assert not torch.allclose(model.score_masked(QUERY, ITEMS), plain.score_masked(QUERY, ITEMS), rtol=1e-3)
+
+
+def test_read_bias_raises_the_querys_attention_to_its_gists(tiny_base: Path) -> None:
+    """Layer 1 sees the same inputs with and without the bias, so every query row gives its gists more
+    of its attention; the item stays hidden in every layer."""
+    gist = GistConfig(num_gist=4, dtype="float32")
+    plain = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+    biased = plain.with_gist_config(gist.model_copy(update={"gist_read_bias": math.log(4.0)}))
+    (a, ids, tail), (b, _, _) = plain.attention(QUERY, ITEMS, False), biased.attention(QUERY, ITEMS, False)
+    for c, item in enumerate(ids):
+        j = len(item)
+        rows, gists = slice(j + 4, j + 4 + tail), slice(j, j + 4)
+        assert (b[c, 0, rows, gists].sum(-1) > a[c, 0, rows, gists].sum(-1)).all()
+        assert b[c, :, rows, 1:j].abs().sum() == 0.0  # the item stays hidden
+
+
+def test_gist_reads_are_the_after_gist_rows_on_the_gist_columns() -> None:
+    reads = layout.gist_reads(torch.tensor([3, 5]), 2, 9)
+    for row, j in enumerate((3, 5)):
+        expected = torch.zeros(9, 9, dtype=torch.bool)
+        expected[j + 2 :, j : j + 2] = True
+        assert torch.equal(reads[row], expected)
+    online = layout.online_gist_reads(2, 3, 2, 4, torch.device("cpu"))
+    assert online.shape == (2, 4, 3 + 2 + 4) and online[:, :, 3:5].all() and online.sum() == 2 * 4 * 2
 
 
 def test_keep_item_prefix_must_leave_room_for_the_item() -> None:

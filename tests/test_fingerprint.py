@@ -65,6 +65,10 @@ def test_fingerprint_changes_with_gist_config(tiny_base: Path) -> None:
         tiny_base, FP32.model_copy(update={"max_query_tokens": 32}), device="cpu"
     )
     assert a.fingerprint != b.fingerprint
+    biased = GistReranker.from_pretrained(
+        tiny_base, FP32.model_copy(update={"gist_read_bias": 1.0}), device="cpu"
+    )
+    assert biased.fingerprint not in (a.fingerprint, b.fingerprint)
 
 
 def test_foreign_kv_is_refused(checkpoint: Path, tiny_base: Path) -> None:

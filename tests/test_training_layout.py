@@ -98,12 +98,11 @@ def test_hybrid_autoencode_target_starts_after_the_kept_prefix(
 QUERIES = ["256GB phone 2023", "kettle 1.7 L", "black headphones 2021 over-ear wireless"]
 
 
-@pytest.mark.parametrize("t", [0, 5])
-def test_packed_queries_equal_each_query_alone(tiny_base: Path, t: int) -> None:
+@pytest.mark.parametrize(("t", "read_bias"), [(0, 0.0), (5, 0.0), (0, 2.0), (5, 2.0)])
+def test_packed_queries_equal_each_query_alone(tiny_base: Path, t: int, read_bias: float) -> None:
     """Several queries in one item row score exactly as each query alone: no query sees another."""
-    model = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32"), device="cpu"
-    )
+    gist = GistConfig(num_gist=4, keep_item_prefix=t, gist_read_bias=read_bias, dtype="float32")
+    model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
     packs = [QUERIES, QUERIES[1:2], QUERIES[::-1], QUERIES[:2]]  # differing counts and lengths per row
     for full in (False, True):
         packed = model.score_packed(ITEMS, packs, full=full)
