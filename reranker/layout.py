@@ -58,7 +58,7 @@ def cut_block(item_lens: torch.Tensor, num_gist: int, total: int, keep: int = 0)
     return after_gists & item_cols
 
 
-def gist_reads(item_lens: torch.Tensor, num_gist: int, total: int) -> torch.Tensor:
+def read_block(item_lens: torch.Tensor, num_gist: int, total: int) -> torch.Tensor:
     """Rows after the gists × the gist columns j … j+k-1 → bool `(N, total, total)`: where the query
     (and in the packed layout every query block) reads the gists. The entries `with_read_bias` raises."""
     pos = torch.arange(total, device=item_lens.device)
@@ -69,10 +69,10 @@ def gist_reads(item_lens: torch.Tensor, num_gist: int, total: int) -> torch.Tens
     return after_gists & gist_cols
 
 
-def online_gist_reads(
+def online_read_block(
     n: int, prefix_slots: int, num_gist: int, query_len: int, device: torch.device
 ) -> torch.Tensor:
-    """`gist_reads` of the online layout (`online_mask`'s columns) → bool `(N, ℓ, P + k + ℓ)`."""
+    """`read_block` of the online layout (`online_mask`'s columns) → bool `(N, ℓ, P + k + ℓ)`."""
     reads = torch.zeros(n, query_len, prefix_slots + num_gist + query_len, dtype=torch.bool, device=device)
     reads[:, :, prefix_slots : prefix_slots + num_gist] = True
     return reads
@@ -83,7 +83,7 @@ def with_read_bias(mask: torch.Tensor, reads: torch.Tensor, bias: float) -> torc
     as if it were there e^bias times. An untrained query gives its gists a few percent of its attention
     (reports/quality.md, "Where attention goes"); this starts it reading them. Every layout that scores
     applies it to the same query → gist entries, so training and online stay equal.
-    mask: additive `(N, 1, S_q, S_k)`; reads: bool `(N, S_q, S_k)` (`gist_reads`, `online_gist_reads`)."""
+    mask: additive `(N, 1, S_q, S_k)`; reads: bool `(N, S_q, S_k)` (`read_block`, `online_read_block`)."""
     if bias == 0.0:
         return mask
     return torch.where(reads.unsqueeze(1), mask + bias, mask)

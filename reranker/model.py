@@ -326,7 +326,7 @@ class GistReranker(nn.Module):
                 leak = layout.cut_block(item_lens, k, total, t) & layout.full_mask(seq_lens, total)
                 mask = layout.with_item_visibility(mask, leak, item_visibility)
             mask = layout.with_read_bias(
-                mask, layout.gist_reads(item_lens, k, total), self.gist.gist_read_bias
+                mask, layout.read_block(item_lens, k, total), self.gist.gist_read_bias
             )
         out = self._decoder()(
             inputs_embeds=embeds,
@@ -396,9 +396,11 @@ class GistReranker(nn.Module):
             return scores, torch.stack([h[rows_idx, tail] for h in layers], dim=1)
 
     @torch.inference_mode()
-    def attention(self, query: str, items: Sequence[str], full: bool) -> tuple[torch.Tensor, list[int], int]:
+    def attention(
+        self, query: str, items: Sequence[str], full: bool
+    ) -> tuple[torch.Tensor, list[list[int]], int]:
         """Where every position looks in `score_full`'s (or `score_masked`'s) forward: attention
-        weights averaged over heads → ((N, L, S, S) float32, item token counts j, tail length ℓ).
+        weights averaged over heads → ((N, L, S, S) float32, each item's token ids, tail length ℓ).
         Diagnostics only (`gistrank probe`): run with eager attention, the one implementation that
         returns weights."""
         rows, item_ids, tail_len = self._tail_rows(query, items, full)
@@ -442,7 +444,7 @@ class GistReranker(nn.Module):
         if not full:
             item_lens = torch.tensor([len(i) for i in item_ids], device=self.device)
             mask = layout.with_read_bias(
-                mask, layout.gist_reads(item_lens, k, total), self.gist.gist_read_bias
+                mask, layout.read_block(item_lens, k, total), self.gist.gist_read_bias
             )
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
             hidden = self._decoder()(
@@ -599,7 +601,7 @@ class GistReranker(nn.Module):
         gist_start = torch.tensor([x.gist_start for x in kvs], device=self.device)  # (N,)
         positions = layout.online_positions(gist_start, k, q.shape[0])  # (N, ℓ)
         mask = layout.additive(layout.online_mask(prefix_lens, slots, k, q.shape[0]), self.dtype)
-        reads = layout.online_gist_reads(n, slots, k, q.shape[0], self.device)
+        reads = layout.online_read_block(n, slots, k, q.shape[0], self.device)
         mask = layout.with_read_bias(mask, reads, self.gist.gist_read_bias)
         result = self._decoder()(
             inputs_embeds=embeds, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True

@@ -23,7 +23,7 @@ means over queries of each query's C candidates:
 * where attention goes (head-averaged weights, eager attention; second table): the gists' attention to
   BOS and to the rest of the item, and how many item tokens they effectively read (exp of the entropy
   of their attention over the item after BOS); the student's query's attention to its gists and to its
-  raw prefix (t > 0); the teacher's query's attention to the item after BOS. JSON `meta.gist_reads`
+  raw prefix (t > 0); the teacher's query's attention to the item after BOS. JSON `meta.gist_top_tokens`
   has, per layer, the item tokens the gists attend to most (share of their item attention, summed over
   a token's occurrences, mean over items): a handful of tokens every item shares (a lone space, the
   first token) is attention-sink behaviour, and gists that write those write nothing item-specific.
@@ -53,7 +53,7 @@ from reranker.train import hidden_distill_loss
 ATTENTION_KEYS = (
     "gist_to_bos",
     "gist_to_item",
-    "gist_reads",
+    "gist_tokens_read",
     "query_to_gists",
     "query_to_prefix",
     "teacher_to_item",
@@ -154,7 +154,7 @@ def probe_states(
     columns = ("layer", "share T", "share S", "1−cos", "centered", "peak S", "peak T", "gist V")
     meta = {"teacher": str(teacher_path), "student": str(student_path), "fresh_gists": fresh_gists}
     meta |= {"split": split, "mean": mean, "autoencode_nats_per_token": autoencode}
-    meta["gist_reads"] = [
+    meta["gist_top_tokens"] = [
         [[student.tokenizer.decode([tok]), share / len(probed)] for tok, share in layer.most_common(3)]
         for layer in reads
     ]
@@ -200,7 +200,7 @@ def _attention_shares(
             {
                 "gist_to_bos": s_attn[c, :, gists, 0].mean(-1),
                 "gist_to_item": mass.squeeze(-1).mean(-1),
-                "gist_reads": entropy.exp().mean(-1),
+                "gist_tokens_read": entropy.exp().mean(-1),
                 "query_to_gists": s_attn[c, :, asks, j : j + k].sum(-1).mean(-1),
                 "query_to_prefix": s_attn[c, :, asks, : min(t, j)].sum(-1).mean(-1),
                 "teacher_to_item": t_attn[c, :, j : j + tail, 1:j].sum(-1).mean(-1),

@@ -197,13 +197,13 @@ def test_read_bias_raises_the_querys_attention_to_its_gists(tiny_base: Path) -> 
         assert b[c, :, rows, 1:j].abs().sum() == 0.0  # the item stays hidden
 
 
-def test_gist_reads_are_the_after_gist_rows_on_the_gist_columns() -> None:
-    reads = layout.gist_reads(torch.tensor([3, 5]), 2, 9)
+def test_read_block_is_the_after_gist_rows_on_the_gist_columns() -> None:
+    reads = layout.read_block(torch.tensor([3, 5]), 2, 9)
     for row, j in enumerate((3, 5)):
         expected = torch.zeros(9, 9, dtype=torch.bool)
         expected[j + 2 :, j : j + 2] = True
         assert torch.equal(reads[row], expected)
-    online = layout.online_gist_reads(2, 3, 2, 4, torch.device("cpu"))
+    online = layout.online_read_block(2, 3, 2, 4, torch.device("cpu"))
     assert online.shape == (2, 4, 3 + 2 + 4) and online[:, :, 3:5].all() and online.sum() == 2 * 4 * 2
 
 

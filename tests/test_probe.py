@@ -136,8 +136,8 @@ def test_probe_says_where_attention_goes(checkpoint: Path, tmp_path: Path) -> No
         assert 0.0 < r["query_to_gists"] < 1.0 and 0.0 < r["teacher_to_item"] < 1.0
         assert min(r["gist_to_bos"], r["gist_to_item"]) > 0.0
         assert r["gist_to_bos"] + r["gist_to_item"] < 1.0  # the rest: the gists before and at each gist
-        assert 1.0 <= r["gist_reads"] <= GIST.max_item_tokens
-    assert len(meta["gist_reads"]) == len(rows)
-    for top in meta["gist_reads"]:
+        assert 1.0 <= r["gist_tokens_read"] <= GIST.max_item_tokens
+    assert len(meta["gist_top_tokens"]) == len(rows)
+    for top in meta["gist_top_tokens"]:
         shares = [share for _, share in top]
         assert len(top) == 3 and shares == sorted(shares, reverse=True) and 0.0 < sum(shares) <= 1.0 + 1e-6
