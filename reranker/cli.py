@@ -215,7 +215,11 @@ def curves(
     for label, run in pairs:
         if not (Path(run) / "curve.jsonl").is_file():
             raise typer.BadParameter(f"{label}: {run}/curve.jsonl does not exist")
-    typer.echo(plot_curves({label: Path(run) for label, run in pairs}, out, smooth, tuple(key or CURVE_KEYS)))
+    try:
+        png = plot_curves({label: Path(run) for label, run in pairs}, out, smooth, tuple(key or CURVE_KEYS))
+    except ValueError as exc:  # a --key no run logged
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(png)
 
 
 @app.command()

@@ -550,7 +550,8 @@ class GistReranker(nn.Module):
         """Baseline at the same budget: the K/V of each item's first t + k tokens in place of the
         hybrid prefix + gists — plain prefix caching cut to t + k positions. Stored like a hybrid
         entry whose "gists" are item tokens t … t+k-1 (item_tokens = t, so the query follows at t + k)
-        and `score` serves it unchanged."""
+        and `score` serves it unchanged (with a read bias b, on those k columns too: they stand in for the
+        gists)."""
         item_ids, _ = self._item_ids(items)
         t, n = self.gist.keep_item_prefix, self.gist.keep_item_prefix + self.gist.num_gist
         short = [i for i, ids in enumerate(item_ids) if len(ids) < n]

@@ -380,11 +380,18 @@ def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5, keys: Sequenc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    curves = {
+        label: [json.loads(line) for line in (Path(run) / "curve.jsonl").read_text().splitlines()]
+        for label, run in runs.items()
+    }
+    logged = {key for curve in curves.values() for row in curve for key in row}
+    unknown = [key for key in keys if key not in logged]
+    if unknown:
+        raise ValueError(f"no run logged {unknown}; fields logged: {sorted(logged - {'step'})}")
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
     axes = axes[0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for index, (label, run) in enumerate(runs.items()):
-        curve = [json.loads(line) for line in (Path(run) / "curve.jsonl").read_text().splitlines()]
+    for index, (label, curve) in enumerate(curves.items()):
         color = colors[index % len(colors)]  # one colour per run in every panel, whatever it logged
         for ax, key in zip(axes, keys, strict=True):
             points = [(r["step"], r[key]) for r in curve if key in r]

@@ -111,6 +111,9 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     one_panel = tmp_path / "listwise.png"  # a single chosen field: one panel
     result = runner.invoke(app, ["curves", *runs, "--out", str(one_panel), "--key", "listwise"])
     assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["curves", *runs, "--out", str(tmp_path / "x.png"), "--key", "hidden"])
+    assert result.exit_code == 2 and "norunlogged['hidden']" in unboxed(result.output)
+    assert not (tmp_path / "x.png").exists()
     assert one_panel.read_bytes()[:4] == b"\x89PNG"
     result = runner.invoke(app, ["curves", f"missing={tmp_path / 'nowhere'}"])
     assert result.exit_code != 0 and "curve.jsonldoesnotexist" in unboxed(result.output)
