@@ -386,7 +386,9 @@ class GistReranker(nn.Module):
         else an empty tensor)."""
         rows, item_ids, tail_len = self._tail_rows(query, items, full)
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            out, seq_lens = self._forward_rows(rows, self._lens(item_ids, full), item_visibility, all_layers)
+            out, seq_lens = self._forward_rows(
+                rows, None if full else self._lens(item_ids), item_visibility, all_layers
+            )
             scores = self._score_last(out.last_hidden_state, seq_lens)
             if not all_layers:
                 return scores, scores.new_empty(0)
@@ -408,14 +410,14 @@ class GistReranker(nn.Module):
         before = base.config._attn_implementation
         base.set_attn_implementation("eager")
         try:
-            out, _ = self._forward_rows(rows, self._lens(item_ids, full), attentions=True)
+            out, _ = self._forward_rows(rows, None if full else self._lens(item_ids), attentions=True)
         finally:
             base.set_attn_implementation(before)
         return torch.stack([a.float().mean(1) for a in out.attentions], dim=1), item_ids, tail_len
 
-    def _lens(self, item_ids: list[list[int]], full: bool) -> torch.Tensor | None:
-        """Item token counts j (N,) for the gist mask; None for the full-context forward."""
-        return None if full else torch.tensor([len(ids) for ids in item_ids], device=self.device)
+    def _lens(self, item_ids: list[list[int]]) -> torch.Tensor:
+        """Item token counts j (N,): what the gist mask needs of each row."""
+        return torch.tensor([len(ids) for ids in item_ids], device=self.device)
 
     def score_packed(
         self,
@@ -442,9 +444,8 @@ class GistReranker(nn.Module):
         if item_visibility > 0:
             mask = layout.with_item_visibility(mask, cut.to(self.device), item_visibility)
         if not full:
-            item_lens = torch.tensor([len(i) for i in item_ids], device=self.device)
             mask = layout.with_read_bias(
-                mask, layout.read_block(item_lens, k, total), self.gist.gist_read_bias
+                mask, layout.read_block(self._lens(item_ids), k, total), self.gist.gist_read_bias
             )
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
             hidden = self._decoder()(
@@ -487,7 +488,7 @@ class GistReranker(nn.Module):
             torch.cat([self._embed(ids), self.gist_embeddings, prompt, self._embed(t)])
             for ids, t in zip(item_ids, targets, strict=True)
         ]
-        item_lens = torch.tensor([len(ids) for ids in item_ids], device=self.device)
+        item_lens = self._lens(item_ids)
         hidden = self._forward_rows(rows, item_lens, item_visibility)[0].last_hidden_state
         k, p = self.gist.num_gist, prompt.shape[0]
         losses = []
