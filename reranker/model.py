@@ -499,6 +499,16 @@ class GistReranker(nn.Module):
             losses.append(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
         return torch.stack(losses).sum() / sum(len(t) for t in targets)
 
+    def autoencode_control(
+        self, items: Sequence[str], num_tokens: int = 64, item_visibility: float = 0.0
+    ) -> torch.Tensor:
+        """`autoencode_loss` with each item's gists regenerating the text of the item half the list
+        away. Minus the own-gists loss on the same items (the same targets, other gists), it is what
+        the gists tell about their own item in nats per token: ~0 while they carry nothing
+        item-specific, whatever the decoder has learned about the format."""
+        half = len(items) // 2
+        return self.autoencode_loss(items, num_tokens, item_visibility, [*items[half:], *items[:half]])
+
     def _causal_kv(self, rows: list[torch.Tensor], slots: list[torch.Tensor]) -> list[torch.Tensor]:
         """Run rows of embeddings causally, left-padded; per row, the K/V at `slots` (positions counted
         from the row's first real token) → [(L, 2, H_kv, len(slots[i]), h)]."""

@@ -122,10 +122,9 @@ def probe_states(
         # each distinct item against the one half the list away: another query's, so mostly another
         # product (a query's own candidates are one-field variants of each other)
         unique = list(dict.fromkeys(probed))
-        half = len(unique) // 2
         autoencode = {
             "own": float(student.autoencode_loss(unique)),
-            "another_item": float(student.autoencode_loss(unique, targets_of=unique[half:] + unique[:half])),
+            "another_item": float(student.autoencode_control(unique)),
         }
     averaged = ("share", "share_s", "gap", "centered", "gist_v_share")
     mean = {key: sum(r[key] for r in rows) / len(rows) for key in averaged}

@@ -8,7 +8,9 @@ inference layout) with any mix of:
     hidden_distill  the query's output at every layer, reading gists, pulled towards the teacher's
                   reading the whole item (ℓ × L vectors per pair instead of one score); `centered`
                   matches only what differs between a query's candidates (the item-specific part)
-    autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets)
+    autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets);
+                  with no ranking loss it is a pretraining stage on random train items, and a ranking
+                  run with `init` = its checkpoint (same gist config) starts from its gists
     mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
     length curriculum  items capped short first, the cap grown to max_item_tokens
     pack_queries  queries that share candidates drawn together, each item run once per step with all
@@ -19,7 +21,9 @@ inference layout) with any mix of:
                   holds adapters, not a copy of the base)
 
 Progress bar, JSONL learning curve (losses, and the batch's acc@1 and within-query score spread: a
-student that has not started keeps a spread near 0), periodic checkpoints and resume (`--resume`).
+student that has not started keeps a spread near 0; with autoencoding, `autoencode_gap`: how much
+better the gists regenerate their own item than another's, ~0 until they carry the item), periodic
+checkpoints and resume (`--resume`).
 `plot_curves` draws several runs side by side (`gistrank curves`).
 """
 
@@ -45,6 +49,7 @@ from reranker.relevance_data import Query, RelevanceSet
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
 CURVE_KEYS = ("loss", "batch_acc@1", "score_spread")
+Drawn = list[tuple[Query, list[tuple[str, int]]]]  # a step's queries, each with its (item id, label)s
 
 
 class TrainConfig(BaseModel):
@@ -83,7 +88,16 @@ class TrainConfig(BaseModel):
     def _compatible(self) -> TrainConfig:
         if self.hidden_distill and self.pack_queries:
             raise ValueError("hidden_distill compares one query per row: it needs pack_queries=False")
+        if not self.ranks and not (self.role == "student" and self.autoencode):
+            raise ValueError(
+                "no loss to train: set one of listwise, pointwise, distill, hidden_distill, autoencode"
+            )
         return self
+
+    @property
+    def ranks(self) -> bool:
+        """Whether any loss scores query–item pairs; a student without one only autoencodes."""
+        return any((self.listwise, self.pointwise, self.distill, self.hidden_distill))
 
 
 def item_visibility(cfg: TrainConfig, step: int) -> float:
@@ -151,14 +165,16 @@ class Trainer:
         ]
         if not self.queries:
             raise ValueError("the train split has no query with a relevant candidate")
+        self.train_items = sorted({i for q in self.queries for i, _ in data.candidates(q.query_id)})
         self.rng = random.Random(cfg.seed)
         self.step = 0
         self._token_ids: dict[str, list[int]] = {}
 
     @staticmethod
     def _initial_model(cfg: TrainConfig, device: str | None) -> GistReranker:
-        """`init` (a checkpoint) or `base`. A warm start takes the init's body, score token and head;
-        its gist config may differ (a teacher trains no gists), so the gists start fresh."""
+        """`init` (a checkpoint) or `base`. A warm start takes the init's body, score token and head,
+        and its gists when its gist config is this run's (an autoencoding stage's checkpoint); else
+        (a teacher trains no gists) the gists start fresh."""
         if cfg.init is None:
             return GistReranker.from_pretrained(cfg.base, cfg.gist, device=device)
         model = GistReranker.from_pretrained(cfg.init, device=device)
@@ -221,9 +237,9 @@ class Trainer:
         ranked = sorted(others, key=lambda q: (-shared(q), self.rng.random()))
         return [anchor, *ranked[: n - 1]]
 
-    def _draw(self) -> list[tuple[Query, list[tuple[str, int]]]]:
+    def _draw(self) -> Drawn:
         """The step's queries, each with its (item id, label) candidates."""
-        drawn: list[tuple[Query, list[tuple[str, int]]]] = []
+        drawn: Drawn = []
         in_step: set[str] = set()
         for query in self._draw_queries():
             drawn.append((query, self._sample(query.query_id, in_step)))
@@ -263,9 +279,42 @@ class Trainer:
         vis = item_visibility(cfg, self.step)
         cap = item_token_cap(cfg, self.step)
         parts: dict[str, torch.Tensor] = {}
+        record: dict[str, float] = {}
+        n_queries = min(cfg.queries_per_step, len(self.queries))
+        loss = torch.zeros((), device=model.device)
+        if cfg.ranks:
+            drawn = self._draw()
+            loss, record = self._ranking_loss(drawn, vis, cap, parts)
+            ae_items = list(dict.fromkeys(i for _, cands in drawn for i, _ in cands))[: cfg.autoencode_items]
+        else:
+            ae_items = self.rng.sample(self.train_items, min(cfg.autoencode_items, len(self.train_items)))
+        if cfg.autoencode and cfg.role == "student":
+            texts = [self._capped_text(i, cap) for i in ae_items]
+            ae = model.autoencode_loss(texts, cfg.autoencode_tokens, vis)
+            parts["autoencode"] = cfg.autoencode * ae * n_queries  # reported per step like the others
+            loss = loss + cfg.autoencode * ae
+            if len(texts) > 1:
+                with torch.no_grad():
+                    other = model.autoencode_control(texts, cfg.autoencode_tokens, vis)
+                record["autoencode_gap"] = float(other - ae.detach())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
+        self.optimizer.step()
+        self.step += 1
+        model.eval()
+        losses = {name: float(v.detach()) / n_queries for name, v in parts.items()}
+        return {"step": self.step, "loss": float(loss.detach()), "item_visibility": vis, "item_cap": cap} | (
+            record | losses
+        )
+
+    def _ranking_loss(
+        self, drawn: Drawn, vis: float, cap: int, parts: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The label / distillation losses of the drawn queries (summed into `parts`, averaged over
+        queries) and the batch's acc@1 and within-query score spread."""
+        cfg, model = self.cfg, self.model
         hits, spread = 0.0, 0.0
-        drawn = self._draw()
-        items_seen = [item_id for _, cands in drawn for item_id, _ in cands]
         picks = [(query.text, [self._capped_text(i, cap) for i, _ in cands]) for query, cands in drawn]
         all_scores, states = self._scores(model, picks, cfg.role == "teacher", vis)
         references, reference_states = [None] * len(picks), []
@@ -287,30 +336,8 @@ class Trainer:
                 _add(parts, "pointwise", cfg.pointwise * bce)
             if reference is not None and cfg.distill:
                 _add(parts, "distill", cfg.distill * distill_loss(scores, reference, cfg.distill_temperature))
-        n_queries = min(cfg.queries_per_step, len(self.queries))
-        loss = sum(parts.values()) / n_queries
-        if cfg.autoencode and cfg.role == "student":
-            unique = list(dict.fromkeys(items_seen))[: cfg.autoencode_items]
-            ae = model.autoencode_loss(
-                [self._capped_text(i, cap) for i in unique], cfg.autoencode_tokens, vis
-            )
-            parts["autoencode"] = cfg.autoencode * ae * n_queries  # reported per step like the others
-            loss = loss + cfg.autoencode * ae
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
-        self.optimizer.step()
-        self.step += 1
-        model.eval()
-        record = {name: float(v.detach()) / n_queries for name, v in parts.items()}
-        return {
-            "step": self.step,
-            "loss": float(loss.detach()),
-            "item_visibility": vis,
-            "item_cap": cap,
-            "batch_acc@1": hits / n_queries,
-            "score_spread": spread / n_queries,
-        } | record
+        n = len(drawn)
+        return sum(parts.values()) / n, {"batch_acc@1": hits / n, "score_spread": spread / n}
 
     def fit(self, progress: bool = True) -> list[dict[str, float]]:
         curve_path = self.out / "curve.jsonl"

@@ -89,6 +89,31 @@ def test_student_with_every_ingredient(tiny_base: Path, data: RelevanceSet, tmp_
     )
 
 
+def test_autoencoding_stage_then_ranking_from_its_gists(
+    tiny_base: Path, data: RelevanceSet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no ranking loss the student only autoencodes random train items (nothing is scored) and
+    logs how much better its gists regenerate their own item than another's — a gap that opens as they
+    learn to carry it. A ranking run with `init` = that checkpoint starts from its gists."""
+    cfg = train_config(tiny_base, steps=40, listwise=0.0, autoencode=1.0, autoencode_tokens=12)
+    stage = Trainer(cfg, data, tmp_path / "ae", device="cpu")
+    monkeypatch.setattr(stage, "_scores", lambda *a: pytest.fail("an autoencoding stage scored pairs"))
+    curve = stage.fit(progress=False)
+    assert not {"batch_acc@1", "score_spread", "listwise"} & set(curve[0])
+    first, last = first_and_last(curve, "autoencode_gap")
+    assert last > first + 0.2, (first, last)  # measured 0.008 → 0.42 nats/token (first / last 5 steps)
+    start, end = first_and_last(curve, "autoencode")
+    assert end < start
+    ranker = Trainer(
+        train_config(tiny_base, init=str(tmp_path / "ae" / "checkpoint")), data, tmp_path / "rank"
+    )
+    assert torch.equal(ranker.model.gist_embeddings, stage.model.gist_embeddings)
+    with pytest.raises(ValueError, match="no loss to train"):
+        train_config(tiny_base, listwise=0.0)
+    with pytest.raises(ValueError, match="no loss to train"):
+        train_config(tiny_base, role="teacher", listwise=0.0, autoencode=1.0)
+
+
 def test_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
     cfg = train_config(tiny_base, steps=6, checkpoint_every=3, train_body=False)
     straight = Trainer(cfg, data, tmp_path / "straight", device="cpu")

@@ -71,6 +71,17 @@ def test_autoencode_targets_of_another_item(tiny_model: GistReranker) -> None:
         tiny_model.autoencode_loss([a, b], num_tokens=4, targets_of=[a])
 
 
+def test_autoencode_control_regenerates_the_item_half_the_list_away(tiny_model: GistReranker) -> None:
+    """Item i's gists regenerate item i + N/2's text; over identical items it is the own loss."""
+    items = ["Acme phone 256GB blue 2023.", "Steel kettle 1.7 L.", "Oak desk 120 cm.", "Wool scarf, red."]
+    with torch.no_grad():
+        control = tiny_model.autoencode_control(items, num_tokens=4)
+        assert torch.equal(control, tiny_model.autoencode_loss(items, 4, targets_of=[*items[2:], *items[:2]]))
+        assert not torch.isclose(control, tiny_model.autoencode_loss(items, num_tokens=4))
+        twins = [items[0], items[0]]
+        assert torch.equal(tiny_model.autoencode_control(twins, 4), tiny_model.autoencode_loss(twins, 4))
+
+
 def test_hybrid_autoencode_target_starts_after_the_kept_prefix(
     tiny_base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
