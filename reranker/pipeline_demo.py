@@ -176,18 +176,13 @@ def run_pipeline_demo(
         step("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
         # the resolved checkpoint, so an untrained wrap's shadow is the very model saved above (same
         # item cap), not a new wrap of the base
-        serving = ServerSettings(
-            model_path=str(checkpoint),
+        serving = ServerSettings.local(
+            str(checkpoint),
+            workdir,
             full_model_path=shadow_model,
             catalog_url=catalog_url,
-            feast_dir=str(workdir / "feast"),
             shadow_rate=1.0,
             l1_ttl_s=L1_TTL_S,
-            http_port=0,
-            grpc_port=0,
-            metrics_port=0,
-            model_metrics_port=0,
-            workdir=str(workdir / "triton"),
         )
         console.print(f"shadow (full_reranker, reads every item in full): {serving.shadow_path}")
         server = TritonServer(serving).start()

@@ -594,6 +594,13 @@ def test_set_parameters_escapes_values_and_refuses_unknown_keys(tmp_path: Path) 
     assert (repo / GIST_MODEL / "1" / "model.py").is_file()
 
 
+def test_local_settings_pick_free_ports_and_keep_files_in_the_workdir(tmp_path: Path) -> None:
+    local = ServerSettings.local("/m", tmp_path, shadow_rate=1.0, grpc_port=9001)
+    assert (local.http_port, local.metrics_port, local.model_metrics_port) == (0, 0, 0)  # 0: free at start
+    assert local.grpc_port == 9001 and local.shadow_rate == 1.0 and local.model_path == "/m"
+    assert (local.feast_dir, local.workdir) == (str(tmp_path / "feast"), str(tmp_path / "triton"))
+
+
 def test_shadow_defaults_to_the_shipped_teacher_only_for_the_shipped_student() -> None:
     def shadow(**kwargs: str) -> str:
         return ServerSettings(**kwargs).parameters()[FULL_MODEL]["model_path"]

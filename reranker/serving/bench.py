@@ -518,18 +518,13 @@ def run_serving_bench(
 
         step("4. tritonserver on free 127.0.0.1 ports, shadow off")
         server = TritonServer(
-            ServerSettings(
-                model_path=str(checkpoint),
+            ServerSettings.local(
+                str(checkpoint),
+                workdir,
                 catalog_url=catalog_url,
-                feast_dir=str(workdir / "feast"),
                 shadow_rate=0.0,
                 max_candidates=max(200, candidates),
                 num_threads=num_threads,
-                http_port=0,
-                grpc_port=0,
-                metrics_port=0,
-                model_metrics_port=0,
-                workdir=str(workdir / "triton"),
             )
         ).start(startup_timeout_s)
         urls = {"http": server.http_url, "grpc": server.grpc_url}

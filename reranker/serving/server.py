@@ -73,6 +73,14 @@ class ServerSettings:
     model_metrics_port: int = 8003  # gistrank_* metrics of the gist_reranker process
     workdir: str = ""  # runtime repository, backends and log; "" = a fresh temporary dir
 
+    @classmethod
+    def local(cls, model_path: str, workdir: Path, **fields: object) -> ServerSettings:
+        """A server for one run of a script (demo, benchmark): every port picked free at start, the
+        Feast store in `workdir/feast`, Triton's runtime files in `workdir/triton`."""
+        ports = dict(http_port=0, grpc_port=0, metrics_port=0, model_metrics_port=0)
+        paths = dict(feast_dir=str(workdir / "feast"), workdir=str(workdir / "triton"))
+        return cls(model_path=model_path, **(ports | paths | fields))
+
     @property
     def shadow_path(self) -> str:
         """The shadow's full-context model: `full_model_path`, else `checkpoints.default_shadow`."""
