@@ -174,6 +174,9 @@ def train(
     dtype: DType = "auto",
     config: Annotated[Path | None, typer.Option(help="JSON file of further TrainConfig fields")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run saved in --out")] = False,
+    steps: Annotated[
+        int | None, typer.Option(min=1, help="total steps (over the config's; with --resume: extend the run)")
+    ] = None,
 ) -> None:
     """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
     from reranker.config import GistConfig, resolve_dtype
@@ -181,7 +184,10 @@ def train(
 
     relevance = _load_data(data, seed, products, max_item_tokens)
     if resume:
-        trainer = Trainer.resume(out, relevance)
+        try:
+            trainer = Trainer.resume(out, relevance, steps=steps)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--steps") from err
     else:
         gist = GistConfig(
             num_gist=num_gist,
@@ -191,6 +197,7 @@ def train(
             dtype=resolve_dtype(dtype),
         )
         extra = json.loads(config.read_text()) if config else {}
+        extra |= {} if steps is None else {"steps": steps}
         cfg = TrainConfig(**({"role": role, "base": base, "gist": gist, "seed": seed} | extra))
         trainer = Trainer(cfg, relevance, out)
     curve = trainer.fit()

@@ -379,9 +379,17 @@ class Trainer:
         return ckpt
 
     @classmethod
-    def resume(cls, out: Path, data: RelevanceSet, device: str | None = None) -> Trainer:
+    def resume(
+        cls, out: Path, data: RelevanceSet, device: str | None = None, steps: int | None = None
+    ) -> Trainer:
+        """Continue the run saved in `out` exactly where it stopped; `steps`: run until this many steps
+        in all instead of the saved total (extends a finished run as if it had been that long)."""
         state = json.loads((Path(out) / STATE_FILE).read_text())
         cfg = TrainConfig(**state["config"])
+        if steps is not None:
+            if steps <= state["step"]:
+                raise ValueError(f"the run is already at step {state['step']}: give more steps")
+            cfg = cfg.model_copy(update={"steps": steps})
         trainer = cls(cfg.model_copy(update={"init": str(Path(out) / "checkpoint")}), data, out, device)
         trainer.cfg = cfg
         trainer.step = state["step"]

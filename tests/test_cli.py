@@ -57,6 +57,11 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
         result = runner.invoke(app, [*args, *bias, *common])
         assert result.exit_code == 0, result.output
         assert "2 steps" in result.output
+    resume = ["train", "--out", str(tmp_path / "student"), "--resume", "--steps", "3", *common]
+    result = runner.invoke(app, resume)
+    assert result.exit_code == 0 and "1 steps" in result.output, result.output  # extended by one step
+    result = runner.invoke(app, resume)
+    assert result.exit_code != 0 and "alreadyatstep3" in unboxed(result.output)
     saved = json.loads((tmp_path / "student" / "checkpoint" / "gistrank.json").read_text())
     assert saved["gist"]["gist_read_bias"] == 1.5
     args = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--prefix-k", "1"]

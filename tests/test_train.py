@@ -118,14 +118,17 @@ def test_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_path:
     cfg = train_config(tiny_base, steps=6, checkpoint_every=3, train_body=False)
     straight = Trainer(cfg, data, tmp_path / "straight", device="cpu")
     straight.fit(progress=False)
-    interrupted = Trainer(cfg.model_copy(update={"steps": 3}), data, tmp_path / "resumed", device="cpu")
-    interrupted.fit(progress=False)
+    interrupted = Trainer(cfg, data, tmp_path / "resumed", device="cpu")
+    for _ in range(3):
+        interrupted.train_step()
+    interrupted.save_checkpoint()  # the periodic checkpoint at step 3, then the process dies
     resumed = Trainer.resume(tmp_path / "resumed", data, device="cpu")
-    resumed.cfg = cfg  # the run was meant to last 6 steps
-    assert resumed.step == 3
+    assert resumed.step == 3 and resumed.cfg.steps == 6
     resumed.fit(progress=False)
     torch.testing.assert_close(resumed.model.gist_embeddings, straight.model.gist_embeddings)
     torch.testing.assert_close(resumed.model.head.weight, straight.model.head.weight)
+    with pytest.raises(ValueError, match="already at step 6"):
+        Trainer.resume(tmp_path / "resumed", data, device="cpu", steps=6)
 
 
 def test_schedules() -> None:
@@ -197,10 +200,10 @@ def test_lora_resume_continues_exactly(tiny_base: Path, data: RelevanceSet, tmp_
     straight = Trainer(cfg, data, tmp_path / "straight", device="cpu")
     straight.fit(progress=False)
     Trainer(cfg.model_copy(update={"steps": 2}), data, tmp_path / "resumed", device="cpu").fit(progress=False)
-    resumed = Trainer.resume(tmp_path / "resumed", data, device="cpu")
-    resumed.cfg = cfg
+    resumed = Trainer.resume(tmp_path / "resumed", data, device="cpu", steps=4)  # a finished run, extended
     resumed.fit(progress=False)
     assert resumed.model.fingerprint == straight.model.fingerprint
+    assert json.loads((tmp_path / "resumed" / "trainer_state.json").read_text())["config"]["steps"] == 4
 
 
 def test_curves_log_signs_of_life_and_plot(tiny_base: Path, data: RelevanceSet, tmp_path: Path) -> None:
