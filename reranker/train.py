@@ -173,12 +173,21 @@ class Trainer:
     @staticmethod
     def _initial_model(cfg: TrainConfig, device: str | None) -> GistReranker:
         """`init` (a checkpoint) or `base`. A warm start takes the init's body, score token and head,
-        and its gists when its gist config is this run's (an autoencoding stage's checkpoint); else
-        (a teacher trains no gists) the gists start fresh."""
+        and its gists when they have this run's layout (same k and t: an autoencoding stage's
+        checkpoint; the read bias, item cap and dtype may differ); else the gists start fresh."""
         if cfg.init is None:
             return GistReranker.from_pretrained(cfg.base, cfg.gist, device=device)
         model = GistReranker.from_pretrained(cfg.init, device=device)
-        return model if model.gist == cfg.gist else model.with_gist_config(cfg.gist)
+        if model.gist == cfg.gist:
+            return model
+        warm = model.with_gist_config(cfg.gist)
+        if (model.gist.num_gist, model.gist.keep_item_prefix) == (
+            cfg.gist.num_gist,
+            cfg.gist.keep_item_prefix,
+        ):
+            with torch.no_grad():
+                warm.gist_embeddings.copy_(model.gist_embeddings)
+        return warm
 
     def _param_groups(self) -> list[dict]:
         m = self.model

@@ -94,7 +94,8 @@ def test_autoencoding_stage_then_ranking_from_its_gists(
 ) -> None:
     """With no ranking loss the student only autoencodes random train items (nothing is scored) and
     logs how much better its gists regenerate their own item than another's — a gap that opens as they
-    learn to carry it. A ranking run with `init` = that checkpoint starts from its gists."""
+    learn to carry it. A ranking run with `init` = that checkpoint starts from its gists, also when it
+    reads them with a bias; a run with another k starts with fresh ones."""
     cfg = train_config(tiny_base, steps=40, listwise=0.0, autoencode=1.0, autoencode_tokens=12)
     stage = Trainer(cfg, data, tmp_path / "ae", device="cpu")
     monkeypatch.setattr(stage, "_scores", lambda *a: pytest.fail("an autoencoding stage scored pairs"))
@@ -104,10 +105,16 @@ def test_autoencoding_stage_then_ranking_from_its_gists(
     assert last > first + 0.2, (first, last)  # measured 0.008 → 0.42 nats/token (first / last 5 steps)
     start, end = first_and_last(curve, "autoencode")
     assert end < start
-    ranker = Trainer(
-        train_config(tiny_base, init=str(tmp_path / "ae" / "checkpoint")), data, tmp_path / "rank"
-    )
+    init = str(tmp_path / "ae" / "checkpoint")
+    ranker = Trainer(train_config(tiny_base, init=init), data, tmp_path / "rank", device="cpu")
     assert torch.equal(ranker.model.gist_embeddings, stage.model.gist_embeddings)
+    biased = GIST.model_copy(update={"gist_read_bias": 2.0})  # reading changes, the gists' layout does not
+    ranker = Trainer(train_config(tiny_base, init=init, gist=biased), data, tmp_path / "rank", device="cpu")
+    assert torch.equal(ranker.model.gist_embeddings, stage.model.gist_embeddings)
+    assert ranker.model.gist.gist_read_bias == 2.0
+    other_k = GIST.model_copy(update={"num_gist": GIST.num_gist + 1})
+    ranker = Trainer(train_config(tiny_base, init=init, gist=other_k), data, tmp_path / "rank", device="cpu")
+    assert ranker.model.gist_embeddings.shape[0] == GIST.num_gist + 1  # fresh gists of the new layout
     with pytest.raises(ValueError, match="no loss to train"):
         train_config(tiny_base, listwise=0.0)
     with pytest.raises(ValueError, match="no loss to train"):
