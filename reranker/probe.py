@@ -30,6 +30,9 @@ means over queries of each query's C candidates:
 * autoencoding, own vs another item (one number per run, not per layer): nats/token of regenerating
   each probed item's title and attributes from its own gists (`GistReranker.autoencode_loss`) and from
   the gists of an item of another query. Equal: the gists tell the decoder nothing about their item.
+  And per query, own gists vs the gists of the next candidate of the same query — a one-field variant
+  (256GB vs 128GB, 2023 vs 2021): what ranking needs. Only the few differing tokens can cost here,
+  so the gap is small even for gists that carry the field; 0 is gists that do not.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def probe_states(
     keys = ("share", "share_s", "gap", "centered", "peak_s", "peak_t", "gist_v_share", *ATTENTION_KEYS)
     sums: list[dict[str, float]] = []
     probed: list[str] = []
+    same_query = {"own_per_query": 0.0, "same_query_candidate": 0.0}
     reads: list[Counter[int]] = []  # per layer: item token id → summed share of the gists' item attention
     for query in tqdm(chosen, desc="probe queries"):
         judged = sorted(data.candidates(query.query_id), key=lambda c: (-c[1], c[0]))[:candidates]
@@ -100,6 +104,10 @@ def probe_states(
             _, s = student.query_states(query.text, texts, full=False)
             kvs = student.compress(texts)
         attention = _attention_shares(teacher, student, query.text, texts, reads)
+        with torch.inference_mode():
+            same_query["own_per_query"] += float(student.autoencode_loss(texts)) / len(chosen)
+            variants = float(student.autoencode_loss(texts, targets_of=[*texts[1:], texts[0]]))
+            same_query["same_query_candidate"] += variants / len(chosen)
         t, s = t.float(), s.float()
         gist_v = torch.stack([kv.kv[:, 1, :, kv.prefix_tokens :] for kv in kvs]).float()  # (C, L, H, k, h)
         sums = sums or [dict.fromkeys(keys, 0.0) for _ in range(t.shape[1])]
@@ -125,7 +133,7 @@ def probe_states(
         autoencode = {
             "own": float(student.autoencode_loss(unique)),
             "another_item": float(student.autoencode_control(unique)),
-        }
+        } | same_query
     averaged = ("share", "share_s", "gap", "centered", "gist_v_share")
     mean = {key: sum(r[key] for r in rows) / len(rows) for key in averaged}
     cells = [
@@ -167,7 +175,9 @@ def probe_states(
     publish(console, title, columns, cells, meta, rows, out)
     console.print(
         f"autoencoding from the gists: {autoencode['own']:.3f} nats/token from its own item's, "
-        f"{autoencode['another_item']:.3f} from another item's"
+        f"{autoencode['another_item']:.3f} from another item's; per query "
+        f"{autoencode['own_per_query']:.3f} from its own, {autoencode['same_query_candidate']:.3f} "
+        "from another candidate of the same query (a one-field variant)"
     )
     return rows
 

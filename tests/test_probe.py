@@ -84,20 +84,24 @@ def test_probe_with_fresh_gists(checkpoint: Path, tmp_path: Path) -> None:
 
 def test_probe_autoencoding_control_sees_what_the_gists_tell(tiny_base: Path, tmp_path: Path) -> None:
     """Trained to regenerate its items from the gists, a student does it better from its own item's
-    gists than from another item's; untrained, it cannot tell them apart."""
+    gists than from another item's, and than from a one-field variant's (the same query's next
+    candidate); untrained, it cannot tell them apart."""
     data = tiny_relevance_set()
     untrained = GistReranker.from_pretrained(str(tiny_base), GIST, device="cpu").save_pretrained(
         tmp_path / "u"
     )
     cfg = train_config(tiny_base, steps=40, listwise=0.0, autoencode=1.0, autoencode_tokens=12)
     Trainer(cfg, data, tmp_path / "ae", device="cpu").fit(progress=False)
-    gaps = {}
+    gaps, variants = {}, {}
     for name, ckpt in (("untrained", untrained), ("trained", tmp_path / "ae" / "checkpoint")):
         probe_states(data, ckpt, ckpt, tmp_path / f"{name}.json", candidates=4, device="cpu")
         ae = json.loads((tmp_path / f"{name}.json").read_text())["meta"]["autoencode_nats_per_token"]
         gaps[name] = ae["another_item"] - ae["own"]
-    # measured: 0.14 nats/token trained (40 steps on 4 items; tiny learns this slowly), 0.003 untrained
+        variants[name] = ae["same_query_candidate"] - ae["own_per_query"]
+    # measured: 0.14 nats/token trained (40 steps on 4 items; tiny learns this slowly), 0.003 untrained;
+    # against a candidate of the same query (one field differs): 0.10 trained, -0.002 untrained
     assert gaps["trained"] > 0.05 and gaps["trained"] > 10 * abs(gaps["untrained"]), gaps
+    assert variants["trained"] > 0.05 and variants["trained"] > 10 * abs(variants["untrained"]), variants
 
 
 def test_attention_weights_obey_each_layout(tiny_base: Path) -> None:
