@@ -500,14 +500,18 @@ class GistReranker(nn.Module):
         return torch.stack(losses).sum() / sum(len(t) for t in targets)
 
     def autoencode_control(
-        self, items: Sequence[str], num_tokens: int = 64, item_visibility: float = 0.0
+        self,
+        items: Sequence[str],
+        num_tokens: int = 64,
+        item_visibility: float = 0.0,
+        shift: int | None = None,
     ) -> torch.Tensor:
-        """`autoencode_loss` with each item's gists regenerating the text of the item half the list
-        away. Minus the own-gists loss on the same items (the same targets, other gists), it is what
-        the gists tell about their own item in nats per token: ~0 while they carry nothing
-        item-specific, whatever the decoder has learned about the format."""
-        half = len(items) // 2
-        return self.autoencode_loss(items, num_tokens, item_visibility, [*items[half:], *items[:half]])
+        """`autoencode_loss` with each item's gists regenerating the text of the item `shift` places on
+        (default: half the list away). Minus the own-gists loss on the same items (the same targets,
+        other gists), it is what the gists tell about their own item in nats per token: ~0 while they
+        carry nothing item-specific, whatever the decoder has learned about the format."""
+        n = len(items) // 2 if shift is None else shift
+        return self.autoencode_loss(items, num_tokens, item_visibility, [*items[n:], *items[:n]])
 
     def _causal_kv(self, rows: list[torch.Tensor], slots: list[torch.Tensor]) -> list[torch.Tensor]:
         """Run rows of embeddings causally, left-padded; per row, the K/V at `slots` (positions counted

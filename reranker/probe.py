@@ -106,7 +106,7 @@ def probe_states(
         attention = _attention_shares(teacher, student, query.text, texts, reads)
         with torch.inference_mode():
             same_query["own_per_query"] += float(student.autoencode_loss(texts)) / len(chosen)
-            variants = float(student.autoencode_loss(texts, targets_of=[*texts[1:], texts[0]]))
+            variants = float(student.autoencode_control(texts, shift=1))
             same_query["same_query_candidate"] += variants / len(chosen)
         t, s = t.float(), s.float()
         gist_v = torch.stack([kv.kv[:, 1, :, kv.prefix_tokens :] for kv in kvs]).float()  # (C, L, H, k, h)

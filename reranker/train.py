@@ -291,13 +291,16 @@ class Trainer:
         record: dict[str, float] = {}
         n_queries = min(cfg.queries_per_step, len(self.queries))
         loss = torch.zeros((), device=model.device)
-        if cfg.ranks:
-            drawn = self._draw()
+        drawn = self._draw() if cfg.ranks else []
+        if drawn:
             loss, record = self._ranking_loss(drawn, vis, cap, parts)
-            ae_items = list(dict.fromkeys(i for _, cands in drawn for i, _ in cands))[: cfg.autoencode_items]
-        else:
-            ae_items = self.rng.sample(self.train_items, min(cfg.autoencode_items, len(self.train_items)))
         if cfg.autoencode and cfg.role == "student":
+            # the step's candidates when ranking; else random train items (an autoencoding stage)
+            ae_items = (
+                list(dict.fromkeys(i for _, cands in drawn for i, _ in cands))[: cfg.autoencode_items]
+                if drawn
+                else self.rng.sample(self.train_items, min(cfg.autoencode_items, len(self.train_items)))
+            )
             texts = [self._capped_text(i, cap) for i in ae_items]
             ae = model.autoencode_loss(texts, cfg.autoencode_tokens, vis)
             parts["autoencode"] = cfg.autoencode * ae * n_queries  # reported per step like the others

@@ -78,6 +78,8 @@ def test_autoencode_control_regenerates_the_item_half_the_list_away(tiny_model: 
         control = tiny_model.autoencode_control(items, num_tokens=4)
         assert torch.equal(control, tiny_model.autoencode_loss(items, 4, targets_of=[*items[2:], *items[:2]]))
         assert not torch.isclose(control, tiny_model.autoencode_loss(items, num_tokens=4))
+        shifted = tiny_model.autoencode_control(items, num_tokens=4, shift=1)
+        assert torch.equal(shifted, tiny_model.autoencode_loss(items, 4, targets_of=[*items[1:], items[0]]))
         twins = [items[0], items[0]]
         assert torch.equal(tiny_model.autoencode_control(twins, 4), tiny_model.autoencode_loss(twins, 4))
 
