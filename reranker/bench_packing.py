@@ -53,7 +53,7 @@ def run_packing_bench(
     data = generate(0, max(10, items), queries_per_product=4, length_tokens=(100, max(120, max_item_tokens)))
     texts = [item.text for item in list(data.items.values())[:items]]
     queries = [q.text for q in data.queries[: max(queries_per_item)]]
-    item_ids, _ = model._item_ids(texts)
+    item_ids, _ = model.item_ids(texts)
     mean_j = sum(len(ids) for ids in item_ids) / len(item_ids)
     model.score_masked(queries[0], texts).sum().backward()  # warm-up: first-call allocations
     rows = []

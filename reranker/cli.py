@@ -201,7 +201,8 @@ def train(
         cfg = TrainConfig(**({"role": role, "base": base, "gist": gist, "seed": seed} | extra))
         trainer = Trainer(cfg, relevance, out)
     curve = trainer.fit()
-    typer.echo(f"{len(curve)} steps, last loss {curve[-1]['loss']:.4f}; checkpoint: {out / 'checkpoint'}")
+    steps_done = f"{len(curve)} step" + ("" if len(curve) == 1 else "s")
+    typer.echo(f"{steps_done}, last loss {curve[-1]['loss']:.4f}; checkpoint: {out / 'checkpoint'}")
 
 
 @app.command()
@@ -270,7 +271,7 @@ def probe(
 def evaluate(
     teacher: Annotated[Path, typer.Option(help="teacher checkpoint (the reference ranking)")],
     student: Annotated[
-        list[Path] | None, typer.Option(help="student checkpoint; repeat for the k sweep")
+        list[Path] | None, typer.Option(help="student checkpoint; repeat for the k sweep or to compare runs")
     ] = None,
     full_model: Annotated[
         list[str] | None,

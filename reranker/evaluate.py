@@ -13,6 +13,7 @@ accuracy@1 against the labels. Systems, at matched storage and online cost:
     no item             a constant score: what the query alone can do (nothing)
     full context · M    another full-context model M (e.g. a cheaper shadow candidate: a LoRA teacher)
     teacher             the reference itself (its NDCG is the ceiling)
+Students that share a layout (t, k) carry their run folder's name as well: `gist t=32 k=8 · packed`.
 Every metric is sliced by item-length quartile (length of the query's best-labelled item, in tokens)
 and by hard-negative queries. Output: results.json, report.md, one PNG per metric; `merge_results`
 joins evaluations of different students on the same queries into one.
@@ -72,7 +73,7 @@ def query_metrics(
     return out
 
 
-def gist_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
+def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
     """E.g. `gist t=32 k=8`; without k it names a plot line (one point per trained k)."""
     parts = [
         family,
@@ -82,17 +83,27 @@ def gist_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> st
     return " ".join(p for p in parts if p)
 
 
+def _run_label(path: str | Path) -> str:
+    """`runs/x/checkpoint` → `x`: what tells two students of one gist layout apart in one evaluation."""
+    p = Path(path)
+    return p.parent.name if p.name == "checkpoint" else p.name
+
+
 def _gist_systems(
-    path: str | Path, texts_by_id: dict[str, str], prefix_ks: Sequence[int], device: str | None
+    student: GistReranker, texts_by_id: dict[str, str], prefix_ks: Sequence[int], label: str = ""
 ) -> dict[str, tuple[Callable, dict]]:
     """Scorers of one student checkpoint, each with its plot facts (family, stored positions per item);
-    item K/V compressed once per item and system.
+    item K/V compressed once per item and system. A `label` (its run) suffixes every name and family.
 
     The untrained-gists baseline is the student's body and head with its initial gists (the
     fingerprint rightly keeps K/V of one set of gists away from a model holding the other). The prefix
     baselines cache the item's first t + k' tokens for each k' in `prefix_ks` and the student's k."""
-    student = GistReranker.from_pretrained(path, device=device)
     untrained = student.with_gist_config(student.gist)
+    suffix = f" · {label}" if label else ""
+
+    def name(family: str = "gist", with_k: bool = True) -> str:
+        return _layout_name(student.gist, family, with_k) + suffix
+
     ids = list(texts_by_id)
     texts = [texts_by_id[i] for i in ids]
     t, k = student.gist.keep_item_prefix, student.gist.num_gist
@@ -102,22 +113,22 @@ def _gist_systems(
         return lambda query, cand_ids: model.score(query, [by_id[i] for i in cand_ids]).tolist()
 
     systems = {
-        gist_name(student.gist): (
+        name(): (
             scorer(student, student.compress(texts, progress=True)),
-            {"family": gist_name(student.gist, with_k=False), "positions": t + k},
+            {"family": name(with_k=False), "positions": t + k},
         ),
-        gist_name(student.gist, "untrained gists"): (
+        name("untrained gists"): (
             scorer(untrained, untrained.compress(texts)),
-            {"family": gist_name(student.gist, "untrained gists", with_k=False), "positions": t + k},
+            {"family": name("untrained gists", with_k=False), "positions": t + k},
         ),
     }
     for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
         plain_cfg = GistConfig(**(student.gist.model_dump() | {"num_gist": budget, "keep_item_prefix": 0}))
         plain = student.with_gist_config(plain_cfg)
         # scored by this student's body and head: two students' prefix baselines of one budget differ
-        systems[f"prefix {budget} · {gist_name(student.gist)}"] = (
+        systems[f"prefix {budget} · {name()}"] = (
             scorer(plain, plain.compress_prefix(texts)),
-            {"family": f"prefix · {gist_name(student.gist)}", "positions": budget},
+            {"family": f"prefix · {name()}", "positions": budget},
         )
     return systems
 
@@ -152,8 +163,15 @@ def evaluate(
         ),
         "no item": (lambda _query, cand_ids: [0.0] * len(cand_ids), {"family": "no item", "positions": 0}),
     }
-    for path in student_paths:
-        systems |= _gist_systems(path, texts_by_id, prefix_ks, device)
+    students = [GistReranker.from_pretrained(path, device=device) for path in student_paths]
+    layouts = [_layout_name(s.gist) for s in students]
+    labels = [
+        _run_label(p) if layouts.count(n) > 1 else "" for p, n in zip(student_paths, layouts, strict=True)
+    ]
+    if len(set(zip(layouts, labels, strict=True))) < len(students):
+        raise ValueError(f"students {list(map(str, student_paths))} repeat a layout and a run folder name")
+    for student, label in zip(students, labels, strict=True):
+        systems |= _gist_systems(student, texts_by_id, prefix_ks, label)
     for path in full_paths:
         systems[f"full context · {path}"] = (
             _full_scorer(GistReranker.from_pretrained(path, device=device), texts_by_id),

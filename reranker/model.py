@@ -269,7 +269,7 @@ class GistReranker(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.gist_embeddings.dtype
 
-    def _item_ids(self, items: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+    def item_ids(self, items: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Token ids of each item (BOS first when the tokenizer has one), truncated to max_item_tokens."""
         if not items:
             raise EmptyInputError("no items given")
@@ -369,7 +369,7 @@ class GistReranker(nn.Module):
         """Rows of item (+ gists unless `full`) + query + score token → (rows, each item's token ids,
         tail length ℓ)."""
         q = self._query_tail(query)  # (ℓ, D)
-        item_ids, _ = self._item_ids(items)
+        item_ids, _ = self.item_ids(items)
         gists = [] if full else [self.gist_embeddings]
         rows = [torch.cat([self._embed(ids), *gists, q]) for ids in item_ids]
         return rows, item_ids, q.shape[0]
@@ -431,7 +431,7 @@ class GistReranker(nn.Module):
         `score_masked` (or `score_full` when `full`) of that query alone."""
         if any(not qs for qs in queries):
             raise EmptyInputError("every packed item needs at least one query")
-        item_ids, _ = self._item_ids(items)
+        item_ids, _ = self.item_ids(items)
         tails = [[self._query_tail(q) for q in qs] for qs in queries]
         gists = [] if full else [self.gist_embeddings]
         rows = [torch.cat([self._embed(ids), *gists, *ts]) for ids, ts in zip(item_ids, tails, strict=True)]
@@ -478,8 +478,8 @@ class GistReranker(nn.Module):
         prompt = self._embed(self.tokenizer(AE_PROMPT, add_special_tokens=False)["input_ids"])  # (P, D)
         if targets_of is not None and len(targets_of) != len(items):
             raise ValueError(f"targets_of has {len(targets_of)} texts for {len(items)} items")
-        item_ids, _ = self._item_ids(items)
-        target_ids = item_ids if targets_of is None else self._item_ids(targets_of)[0]
+        item_ids, _ = self.item_ids(items)
+        target_ids = item_ids if targets_of is None else self.item_ids(targets_of)[0]
         start = max(int(self.tokenizer.bos_token_id is not None), self.gist.keep_item_prefix)
         targets = [ids[start : start + num_tokens] for ids in target_ids]
         if not all(targets):
@@ -539,7 +539,7 @@ class GistReranker(nn.Module):
         """Compress items into per-layer K/V of their first p = min(t, j) tokens (hybrid prefix; none
         when t = 0) and the k gists, `batch_size` items per forward (sorted by length so a batch pads
         little)."""
-        item_ids, truncated = self._item_ids(items)
+        item_ids, truncated = self.item_ids(items)
         ITEMS_TRUNCATED.inc(sum(truncated))
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
         out: list[GistKV | None] = [None] * len(item_ids)
@@ -567,7 +567,7 @@ class GistReranker(nn.Module):
         entry whose "gists" are item tokens t … t+k-1 (item_tokens = t, so the query follows at t + k)
         and `score` serves it unchanged (with a read bias b, on those k columns too: they stand in for the
         gists)."""
-        item_ids, _ = self._item_ids(items)
+        item_ids, _ = self.item_ids(items)
         t, n = self.gist.keep_item_prefix, self.gist.keep_item_prefix + self.gist.num_gist
         short = [i for i, ids in enumerate(item_ids) if len(ids) < n]
         if short:

@@ -22,7 +22,7 @@ def test_online_score_equals_masked_forward(tiny_bases: dict[str, Path], arch: s
     model = GistReranker.from_pretrained(
         tiny_bases[arch], GistConfig(num_gist=k, dtype="float32"), device="cpu"
     )
-    lengths = {len(ids) for ids in model._item_ids(ITEMS)[0]}
+    lengths = {len(ids) for ids in model.item_ids(ITEMS)[0]}
     assert len(lengths) == len(ITEMS), "the batch must mix item lengths"
     kvs = model.compress(ITEMS, batch_size=3)  # two batches, so padding differs between them
     assert_scores_equal(model.score(QUERY, kvs), model.score_masked(QUERY, ITEMS))
@@ -75,7 +75,7 @@ def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> No
     items = [item for item in ITEMS if item != "kettle"]  # at least k tokens each
     kvs = tiny_model.compress_prefix(items)
     assert all(kv.item_tokens == 0 and kv.num_gist == k for kv in kvs)
-    item_ids, _ = tiny_model._item_ids(items)
+    item_ids, _ = tiny_model.item_ids(items)
     q = tiny_model._query_tail(QUERY)
     rows = [torch.cat([tiny_model._embed(ids[:k]), q]) for ids in item_ids]
     with torch.no_grad():
@@ -159,7 +159,7 @@ def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
     items = [item for item in ITEMS if item != "kettle"]
     kvs = model.compress_prefix(items)
     assert all(kv.prefix_tokens == 6 and kv.item_tokens == 6 and kv.num_gist == 4 for kv in kvs)
-    item_ids, _ = model._item_ids(items)
+    item_ids, _ = model.item_ids(items)
     q = model._query_tail(QUERY)
     rows = [torch.cat([model._embed(ids[:10]), q]) for ids in item_ids]
     with torch.no_grad():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,27 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     assert sorted(map(json.dumps, merged["records"])) == sorted(map(json.dumps, result["records"]))
     write_outputs(merged, tmp_path / "merged")
     assert (tmp_path / "merged" / "report.md").read_text() == report
+    # two runs of one layout in one evaluation: each named by its run folder, neither overwrites the other
+    shutil.copytree(students[0], tmp_path / "rerun" / "checkpoint")
+    pair = evaluate(
+        data,
+        teacher_path,
+        [students[0], tmp_path / "rerun" / "checkpoint"],
+        tmp_path / "pair",
+        device="cpu",
+        prefix_ks=(),
+    )
+    runs = {"student0-2", "rerun"}
+    assert {f"gist k=2 · {run}" for run in runs} <= set(pair["summary"])
+    assert {f"prefix 2 · gist k=2 · {run}" for run in runs} <= set(pair["summary"])
+    assert pair["systems"]["gist k=2 · rerun"] == {"family": "gist · rerun", "positions": 2}
+    by_run = {
+        run: [r | {"system": ""} for r in pair["records"] if r["system"] == f"gist k=2 · {run}"]
+        for run in runs
+    }
+    assert by_run["rerun"] == by_run["student0-2"] and len(by_run["rerun"]) == 2  # same weights, same scores
+    with pytest.raises(ValueError, match="repeat a layout and a run folder name"):
+        evaluate(data, teacher_path, [students[0], students[0]], tmp_path / "twice", device="cpu")
     with pytest.raises(ValueError, match="teacher differs"):
         merge_results([parts[0], parts[1] | {"teacher": "another"}])
     tampered = json.loads(json.dumps(parts[1]))

@@ -47,7 +47,7 @@ def test_zero_filled_item_placeholders_break_equivalence(tiny_model: GistReranke
     """Zeros in place of the item 'because they are masked': the gists then summarise nothing."""
     reference = tiny_model.score_masked(QUERY, ITEMS)
     q = torch.cat([tiny_model._embed(tiny_model.query_ids(QUERY)), tiny_model.score_embedding])
-    item_ids, _ = tiny_model._item_ids(ITEMS)
+    item_ids, _ = tiny_model.item_ids(ITEMS)
     rows = [torch.cat([torch.zeros(len(ids), q.shape[1]), tiny_model.gist_embeddings, q]) for ids in item_ids]
     lens = torch.tensor([len(ids) for ids in item_ids])
     with torch.no_grad():

@@ -92,7 +92,7 @@ def test_hybrid_autoencode_target_starts_after_the_kept_prefix(
         tiny_base, GistConfig(num_gist=4, keep_item_prefix=4, dtype="float32"), device="cpu"
     )
     item = "Acme phone 256GB titanium blue, red 2023."
-    ids = model._item_ids([item])[0][0]  # BOS + item tokens
+    ids = model.item_ids([item])[0][0]  # BOS + item tokens
     targets: list[list[int]] = []
     real_ce = torch.nn.functional.cross_entropy
 
@@ -132,7 +132,7 @@ def test_packed_queries_must_not_see_each_other(
     """Letting each query block read the earlier ones (plain causal over the query region) changes
     every query but the first: the test would catch a packing mask that forgot the block structure."""
     real = layout.packed
-    head = len(tiny_model._item_ids(ITEMS[:1])[0][0]) + tiny_model.gist.num_gist
+    head = len(tiny_model.item_ids(ITEMS[:1])[0][0]) + tiny_model.gist.num_gist
 
     def leaky(*args: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         positions, allowed, cut = real(*args)
