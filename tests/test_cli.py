@@ -59,7 +59,8 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
         assert "2 steps" in result.output
     resume = ["train", "--out", str(tmp_path / "student"), "--resume", "--steps", "3", *common]
     result = runner.invoke(app, resume)
-    assert result.exit_code == 0 and "1 steps" in result.output, result.output  # extended by one step
+    assert result.exit_code == 0, result.output
+    assert "1 step, last loss" in result.output  # extended by one step
     result = runner.invoke(app, resume)
     assert result.exit_code != 0 and "alreadyatstep3" in unboxed(result.output)
     saved = json.loads((tmp_path / "student" / "checkpoint" / "gistrank.json").read_text())
