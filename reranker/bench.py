@@ -53,7 +53,7 @@ def _query_of_tokens(model: GistReranker, n_online: int) -> str:
     ]
     query = words[0]
     i = 1
-    while len(model.query_ids(query)) + 1 < n_online:
+    while model.tail_length(query) < n_online:
         query += " " + words[i % len(words)]
         i += 1
     return query
@@ -114,7 +114,7 @@ def run_score_bench(
     gist = GistConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=max(item_tokens))
     model = GistReranker.from_pretrained(base, gist)
     query = _query_of_tokens(model, query_tokens)
-    ell = len(model.query_ids(query)) + 1
+    ell = model.tail_length(query)
     rows = []
     for j in tqdm(item_tokens, desc="item length", unit="j"):
         # DISTINCT_ITEMS texts repeated up to N candidates: the timed forwards cost the same, and the

@@ -59,7 +59,7 @@ def run_packing_bench(
     rows = []
     for m in tqdm(queries_per_item, desc="queries per item", unit="m"):
         qs = queries[:m]
-        mean_ell = sum(len(model.query_ids(q)) + 1 for q in qs) / m
+        mean_ell = sum(model.tail_length(q) for q in qs) / m
 
         def unpacked(qs: list[str] = qs) -> None:
             for q in qs:  # backward per query (gradient accumulation): one query's activations at a time

@@ -171,6 +171,17 @@ def train(
     gist_read_bias: Annotated[
         float, typer.Option(help="b: raise the query's attention logits on its gists by b (0 = off)")
     ] = 0.0,
+    score_rule: Annotated[
+        str,
+        typer.Option(help="head (a trained logit) | query_likelihood (log p(query | item) from the LM head)"),
+    ] = "head",
+    query_template: Annotated[
+        str | None,
+        typer.Option(
+            help="how the query follows the gists; must contain {query} (default: GistConfig's for head, "
+            "the autoencoding prompt + {query} for query_likelihood)"
+        ),
+    ] = None,
     dtype: DType = "auto",
     config: Annotated[Path | None, typer.Option(help="JSON file of further TrainConfig fields")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run saved in --out")] = False,
@@ -179,7 +190,7 @@ def train(
     ] = None,
 ) -> None:
     """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
-    from reranker.config import GistConfig, resolve_dtype
+    from reranker.config import GistConfig, resolve_dtype, template_for
     from reranker.train import TrainConfig, Trainer
 
     relevance = _load_data(data, seed, products, max_item_tokens)
@@ -194,7 +205,9 @@ def train(
             keep_item_prefix=keep_item_prefix,
             max_item_tokens=max_item_tokens,
             gist_read_bias=gist_read_bias,
+            score_rule=score_rule,
             dtype=resolve_dtype(dtype),
+            **({"query_template": query_template} if query_template else template_for(score_rule)),
         )
         extra = json.loads(config.read_text()) if config else {}
         extra |= {} if steps is None else {"steps": steps}

@@ -1,4 +1,4 @@
-"""`GistConfig`: everything about gisting that changes the stored K/V (and so the fingerprint)."""
+"""`GistConfig`: everything about gisting that changes the stored K/V or how it is scored."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 DType = Literal["float32", "bfloat16", "float16"]
+ScoreRule = Literal["head", "query_likelihood"]
+AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
+# query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
+LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
 
 
 class GistConfig(BaseModel):
@@ -24,6 +28,11 @@ class GistConfig(BaseModel):
     key fields, rendered first) is stored in front of the gists at its own positions 0 … p-1, and the
     gist mask lets the query read those columns, so exact title/spec tokens survive compression.
     Stored positions become p + k.
+
+    Score rule: `head` scores the query by a trained linear head on an appended score token;
+    `query_likelihood` by log p(query | gists) under the LM's own output head, read where an
+    autoencoding stage taught the LM to spell the item out of its gists (`LIKELIHOOD_TEMPLATE`). The
+    rule does not change the stored K/V, only what the query's forward is turned into.
 
     Token-limit policy: items longer than `max_item_tokens` are truncated (counted in
     `gistrank_items_truncated_total` and flagged on the `GistKV`), because long catalog text is
@@ -48,6 +57,12 @@ class GistConfig(BaseModel):
         description="b: added to the query's attention logits on every gist (each gist weighs e^b times), "
         "in training and online alike; 0 = plain gisting (layout.with_read_bias)",
     )
+    score_rule: ScoreRule = Field(
+        "head",
+        description="how the query's outputs become a relevance score: 'head' = a linear head on the "
+        "appended score token; 'query_likelihood' = log p(query | item) under the LM's own head, summed "
+        "over the tokens from {query} on (GistReranker.tail_scores)",
+    )
     max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
     dtype: DType = Field("float32", description="compute and K/V storage dtype (see preferred_dtype)")
     query_template: str = Field(
@@ -58,6 +73,8 @@ class GistConfig(BaseModel):
     def model_post_init(self, _context: object) -> None:
         if "{query}" not in self.query_template:
             raise ValueError("query_template must contain '{query}'")
+        if self.score_rule == "query_likelihood" and not self.query_template.partition("{query}")[0]:
+            raise ValueError("query_likelihood needs template text before '{query}' to predict it from")
         if self.keep_item_prefix >= self.max_item_tokens:
             raise ValueError(
                 f"keep_item_prefix={self.keep_item_prefix} must be below "
@@ -85,3 +102,8 @@ def preferred_dtype() -> DType:
 def resolve_dtype(dtype: str) -> DType:
     """`auto` → `preferred_dtype()`; anything else is validated by GistConfig."""
     return preferred_dtype() if dtype == "auto" else dtype  # type: ignore[return-value]
+
+
+def template_for(score_rule: str) -> dict[str, str]:
+    """The query template a score rule reads best with, as GistConfig overrides: {} keeps the default."""
+    return {"query_template": LIKELIHOOD_TEMPLATE} if score_rule == "query_likelihood" else {}

@@ -4,11 +4,13 @@ Parameters added to the base LM (all in `gist.safetensors` of a checkpoint):
     gist_embeddings  (k, D)  k distinct learned inputs appended after the item
     score_embedding  (1, D)  the final token whose last hidden state is scored
     head             D → 1   relevance logit
+(with `score_rule="query_likelihood"` neither is used: the score is log p(query | gists) under the LM's
+own head, which an autoencoding stage has already taught to read gists — `tail_scores`)
 plus, when trained with `add_lora`, LoRA adapters on the body (`adapter/` of a checkpoint, peft format).
 
 The forwards sharing those parameters (sequence layouts in `layout.py`):
     compress(items)            item + gists, keep per-layer (prefix +) gist K/V → list[GistKV]
-    score(query, kvs)          query + score token against injected gist K/V   → (N,) online path
+    score(query, kvs)          query (+ score token) against injected gist K/V → (N,) online path
     score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
     score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
     query_states(query, items) either of the two, plus the query's output at every layer (distillation)
@@ -27,6 +29,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -40,7 +43,7 @@ from monitoring.metrics import ITEMS_TRUNCATED
 from reranker import layout
 from reranker.base_models import DEFAULT_BASE, resolve_base
 from reranker.checkpoints import CHECKPOINT_FILE, resolve_checkpoint
-from reranker.config import GistConfig
+from reranker.config import AE_PROMPT, GistConfig
 from reranker.errors import (
     EmptyInputError,
     FingerprintMismatchError,
@@ -53,8 +56,17 @@ GIST_WEIGHTS_FILE = "gist.safetensors"
 ADAPTER_DIR = "adapter"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKPOINT_FORMAT = 1
-AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
+_LATER_FIELDS = {"gist_read_bias": 0.0, "score_rule": "head"}  # GistConfig fields newer than format 1
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
+
+
+class QueryTail(NamedTuple):
+    """What follows the gists for one query: embeddings (ℓ, D), and targets (ℓ,) long — the token each
+    position predicts where the query likelihood is summed, -1 elsewhere (all -1 under the head rule,
+    whose ℓ-th row is the score token)."""
+
+    embeds: torch.Tensor
+    targets: torch.Tensor
 
 
 def _default_device() -> torch.device:
@@ -246,9 +258,9 @@ class GistReranker(nn.Module):
         version = sum(p._version for p in params)
         if self._fingerprint is None or self._fingerprint[0] != version:
             h = hashlib.blake2b(digest_size=16)
-            # a read bias of 0 hashes as before the field existed: saved checkpoints keep their fingerprint
-            plain = self.gist.gist_read_bias == 0.0
-            h.update(self.gist.model_dump_json(exclude={"gist_read_bias"} if plain else None).encode())
+            # fields added later hash only off their defaults: saved checkpoints keep their fingerprint
+            unset = {name for name, value in _LATER_FIELDS.items() if getattr(self.gist, name) == value}
+            h.update(self.gist.model_dump_json(exclude=unset).encode())
             seen: set[int] = set()
             for name, t in sorted(self.state_dict(keep_vars=True).items()):
                 if t.data_ptr() in seen:  # tied weights (embeddings / lm_head) hash once
@@ -285,13 +297,29 @@ class GistReranker(nn.Module):
 
     def query_ids(self, query: str) -> list[int]:
         """Token ids of the templated query; raises on empty or over-long queries (never truncates)."""
+        return self._query_tokens(query)[0]
+
+    def _query_tokens(self, query: str) -> tuple[list[int], int]:
+        """(token ids of the templated query, index of its first scored token). Under query_likelihood
+        the template's lead-in is tokenized apart from the rest, so the scored tokens are the query's
+        own whatever the lead-in ends with; under the head rule nothing is scored token by token (0)."""
         if not isinstance(query, str) or not query.strip():
             raise EmptyInputError("query is empty")
         text = self.gist.query_template.format(query=query)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if self.gist.score_rule == "head":
+            ids, start = self.tokenizer(text, add_special_tokens=False)["input_ids"], 0
+        else:
+            lead = self.gist.query_template.partition("{query}")[0]
+            ids = self.tokenizer(lead, add_special_tokens=False)["input_ids"]
+            start = len(ids)
+            ids = ids + self.tokenizer(text[len(lead) :], add_special_tokens=False)["input_ids"]
         if len(ids) > self.gist.max_query_tokens:
             raise QueryTooLongError(len(ids), self.gist.max_query_tokens)
-        return ids
+        return ids, start
+
+    def tail_length(self, query: str) -> int:
+        """ℓ: positions the query occupies online (its tokens, + the score token under the head rule)."""
+        return self._query_tail(query).embeds.shape[0]
 
     def _embed(self, ids: list[int]) -> torch.Tensor:
         return self.lm.get_input_embeddings()(torch.tensor(ids, dtype=torch.long, device=self.device))
@@ -337,13 +365,34 @@ class GistReranker(nn.Module):
         )
         return out, seq_lens
 
-    def _score_last(self, hidden: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
-        """Relevance logit of each row's last real token (the score token) → (N,) float32."""
-        last = hidden[torch.arange(hidden.shape[0], device=self.device), seq_lens - 1]  # (N, D)
-        return self.head(last).squeeze(-1).float()
+    def tail_scores(self, tail: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The score rule: the query's last-layer outputs (N, ℓ, D) → relevance scores (N,) float32.
 
-    def _query_tail(self, query: str) -> torch.Tensor:
-        return torch.cat([self._embed(self.query_ids(query)), self.score_embedding])  # (ℓ, D)
+        head: a linear logit of the score token (the last row). query_likelihood: Σ log p(token) over
+        the query's tokens (`targets` ≥ 0), each predicted from the row before it — log p(query | item),
+        i.e. how well what the gists hold predicts what was asked; ranking candidates by it is ranking
+        by p(item | query) under a uniform prior."""
+        if self.gist.score_rule == "head":
+            return self.head(tail[:, -1]).squeeze(-1).float()
+        scored = (targets >= 0).nonzero().squeeze(-1)  # (n,)
+        logits = self.lm.get_output_embeddings()(tail[:, scored]).float()  # (N, n, V)
+        picked = targets[scored].expand(tail.shape[0], -1).unsqueeze(-1)  # (N, n, 1)
+        return torch.log_softmax(logits, dim=-1).gather(-1, picked).squeeze(-1).sum(-1)
+
+    @staticmethod
+    def _tails(hidden: torch.Tensor, seq_lens: torch.Tensor, tail_len: int) -> torch.Tensor:
+        """The last `tail_len` real positions of each right-padded row: (N, S, …) → (N, ℓ, …)."""
+        tail = seq_lens[:, None] - tail_len + torch.arange(tail_len, device=hidden.device)  # (N, ℓ)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device)[:, None], tail]
+
+    def _query_tail(self, query: str) -> QueryTail:
+        ids, start = self._query_tokens(query)
+        embeds = self._embed(ids)  # (ℓ, D)
+        targets = torch.full((len(ids),), -1, dtype=torch.long, device=self.device)
+        if self.gist.score_rule == "head":
+            return QueryTail(torch.cat([embeds, self.score_embedding]), torch.cat([targets, targets[:1]]))
+        targets[start - 1 : -1] = torch.tensor(ids[start:], device=self.device)
+        return QueryTail(embeds, targets)
 
     def score_masked(self, query: str, items: Sequence[str], item_visibility: float = 0.0) -> torch.Tensor:
         """Training-layout reference: item + gists + query + score token under the gist mask → (N,).
@@ -365,14 +414,14 @@ class GistReranker(nn.Module):
 
     def _tail_rows(
         self, query: str, items: Sequence[str], full: bool
-    ) -> tuple[list[torch.Tensor], list[list[int]], int]:
-        """Rows of item (+ gists unless `full`) + query + score token → (rows, each item's token ids,
-        tail length ℓ)."""
-        q = self._query_tail(query)  # (ℓ, D)
+    ) -> tuple[list[torch.Tensor], list[list[int]], QueryTail]:
+        """Rows of item (+ gists unless `full`) + query (+ score token) → (rows, each item's token ids,
+        the query's tail)."""
+        q = self._query_tail(query)
         item_ids, _ = self.item_ids(items)
         gists = [] if full else [self.gist_embeddings]
-        rows = [torch.cat([self._embed(ids), *gists, q]) for ids in item_ids]
-        return rows, item_ids, q.shape[0]
+        rows = [torch.cat([self._embed(ids), *gists, q.embeds]) for ids in item_ids]
+        return rows, item_ids, q
 
     def _score_tail(
         self,
@@ -384,18 +433,17 @@ class GistReranker(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of `_tail_rows` → (scores (N,), the tail's layer outputs (N, L, ℓ, D) when `all_layers`,
         else an empty tensor)."""
-        rows, item_ids, tail_len = self._tail_rows(query, items, full)
+        rows, item_ids, q = self._tail_rows(query, items, full)
+        tail_len = q.embeds.shape[0]
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
             out, seq_lens = self._forward_rows(
                 rows, None if full else self._lens(item_ids), item_visibility, all_layers
             )
-            scores = self._score_last(out.last_hidden_state, seq_lens)
+            scores = self.tail_scores(self._tails(out.last_hidden_state, seq_lens, tail_len), q.targets)
             if not all_layers:
                 return scores, scores.new_empty(0)
-            tail = seq_lens[:, None] - tail_len + torch.arange(tail_len, device=self.device)  # (N, ℓ)
-            rows_idx = torch.arange(len(rows), device=self.device)[:, None]
             layers = out.hidden_states[1:]  # [0] is the input embeddings
-            return scores, torch.stack([h[rows_idx, tail] for h in layers], dim=1)
+            return scores, torch.stack([self._tails(h, seq_lens, tail_len) for h in layers], dim=1)
 
     @torch.inference_mode()
     def attention(
@@ -405,7 +453,7 @@ class GistReranker(nn.Module):
         weights averaged over heads → ((N, L, S, S) float32, each item's token ids, tail length ℓ).
         Diagnostics only (`gistrank probe`): run with eager attention, the one implementation that
         returns weights."""
-        rows, item_ids, tail_len = self._tail_rows(query, items, full)
+        rows, item_ids, q = self._tail_rows(query, items, full)
         base = self._base_lm()
         before = base.config._attn_implementation
         base.set_attn_implementation("eager")
@@ -413,7 +461,8 @@ class GistReranker(nn.Module):
             out, _ = self._forward_rows(rows, None if full else self._lens(item_ids), attentions=True)
         finally:
             base.set_attn_implementation(before)
-        return torch.stack([a.float().mean(1) for a in out.attentions], dim=1), item_ids, tail_len
+        weights = torch.stack([a.float().mean(1) for a in out.attentions], dim=1)
+        return weights, item_ids, q.embeds.shape[0]
 
     def _lens(self, item_ids: list[list[int]]) -> torch.Tensor:
         """Item token counts j (N,): what the gist mask needs of each row."""
@@ -434,8 +483,11 @@ class GistReranker(nn.Module):
         item_ids, _ = self.item_ids(items)
         tails = [[self._query_tail(q) for q in qs] for qs in queries]
         gists = [] if full else [self.gist_embeddings]
-        rows = [torch.cat([self._embed(ids), *gists, *ts]) for ids, ts in zip(item_ids, tails, strict=True)]
-        query_lens = [[t.shape[0] for t in ts] for ts in tails]
+        rows = [
+            torch.cat([self._embed(ids), *gists, *(t.embeds for t in ts)])
+            for ids, ts in zip(item_ids, tails, strict=True)
+        ]
+        query_lens = [[t.embeds.shape[0] for t in ts] for ts in tails]
         k = 0 if full else self.gist.num_gist
         total = max(r.shape[0] for r in rows)
         keep = None if full else self.gist.keep_item_prefix
@@ -454,9 +506,13 @@ class GistReranker(nn.Module):
                 attention_mask=mask,
             ).last_hidden_state
             out = []
-            for r, (ids, lens) in enumerate(zip(item_ids, query_lens, strict=True)):
-                ends = len(ids) + k + torch.tensor(lens, device=self.device).cumsum(0) - 1  # score tokens
-                out.append(self.head(hidden[r, ends]).squeeze(-1).float())
+            for r, (ids, ts) in enumerate(zip(item_ids, tails, strict=True)):
+                start, scores = len(ids) + k, []
+                for t in ts:
+                    block = hidden[r, start : start + t.embeds.shape[0]]  # (ℓ, D)
+                    scores.append(self.tail_scores(block[None], t.targets))
+                    start += t.embeds.shape[0]
+                out.append(torch.cat(scores))
         return out
 
     def autoencode_loss(
@@ -605,24 +661,25 @@ class GistReranker(nn.Module):
     @torch.inference_mode()
     def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor:
         """Online path: ONE forward of the query (+ score token) for all N candidates against their
-        injected K/V → (N,) float32 logits. No item token and no placeholder is in the sequence."""
+        injected K/V → (N,) float32 scores. No item token and no placeholder is in the sequence."""
         self.check_kv(kvs)
         n, k = len(kvs), self.gist.num_gist
-        q = torch.cat([self._embed(self.query_ids(query)), self.score_embedding])  # (ℓ, D)
-        embeds = q[None].expand(n, -1, -1)  # (N, ℓ, D)
+        q = self._query_tail(query)
+        embeds = q.embeds[None].expand(n, -1, -1)  # (N, ℓ, D)
         prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,)
         slots = int(prefix_lens.max())
         stacked = torch.stack([_pad_prefix(x, slots) for x in kvs]).to(self.device)  # (N, L, 2, H_kv, P+k, h)
         cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
         gist_start = torch.tensor([x.gist_start for x in kvs], device=self.device)  # (N,)
-        positions = layout.online_positions(gist_start, k, q.shape[0])  # (N, ℓ)
-        mask = layout.additive(layout.online_mask(prefix_lens, slots, k, q.shape[0]), self.dtype)
-        reads = layout.online_read_block(n, slots, k, q.shape[0], self.device)
+        ell = q.embeds.shape[0]
+        positions = layout.online_positions(gist_start, k, ell)  # (N, ℓ)
+        mask = layout.additive(layout.online_mask(prefix_lens, slots, k, ell), self.dtype)
+        reads = layout.online_read_block(n, slots, k, ell, self.device)
         mask = layout.with_read_bias(mask, reads, self.gist.gist_read_bias)
         result = self._decoder()(
             inputs_embeds=embeds, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
         )
-        return self.head(result.last_hidden_state[:, -1]).squeeze(-1).float()
+        return self.tail_scores(result.last_hidden_state, q.targets)
 
 
 def _pad_prefix(x: GistKV, slots: int) -> torch.Tensor:

@@ -88,6 +88,8 @@ class TrainConfig(BaseModel):
     def _compatible(self) -> TrainConfig:
         if self.hidden_distill and self.pack_queries:
             raise ValueError("hidden_distill compares one query per row: it needs pack_queries=False")
+        if self.pointwise and self.gist.score_rule == "query_likelihood":
+            raise ValueError("pointwise reads scores as logits; a query log-likelihood is not one")
         if not self.ranks and not (self.role == "student" and self.autoencode):
             raise ValueError(
                 "no loss to train: set one of listwise, pointwise, distill, hidden_distill, autoencode"
@@ -157,6 +159,11 @@ class Trainer:
             if cfg.teacher is None:
                 raise ValueError("distill > 0 or hidden_distill > 0 needs a teacher checkpoint")
             self.teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
+            if cfg.hidden_distill and self.teacher.gist.score_rule != cfg.gist.score_rule:
+                raise ValueError(
+                    "hidden_distill pairs the student's query rows with the teacher's: both need one "
+                    f"score rule (teacher {self.teacher.gist.score_rule!r}, student {cfg.gist.score_rule!r})"
+                )
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=0.0)
         self.queries = [
             q

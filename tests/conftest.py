@@ -9,6 +9,7 @@ import torch
 from tiny import build_tiny_base
 
 from reranker import GistConfig, GistReranker
+from reranker.model import QueryTail
 
 torch.set_num_threads(2)
 
@@ -19,6 +20,17 @@ ITEMS = [
     "Wireless noise cancelling headphones, over-ear, 2021, black.",
 ]
 QUERY = "256GB phone 2023"
+
+
+def forward_scores(
+    model: GistReranker, rows: list[torch.Tensor], item_lens: torch.Tensor | None, tail: QueryTail
+) -> torch.Tensor:
+    """Scores of hand-built rows of embeddings that end in `tail`, through the model's own forward
+    (gist mask when `item_lens`, else plain causal) and score rule."""
+    with torch.no_grad():
+        out, seq_lens = model._forward_rows(rows, item_lens)
+        tails = model._tails(out.last_hidden_state, seq_lens, len(tail.targets))
+        return model.tail_scores(tails, tail.targets)
 
 
 @pytest.fixture(scope="session")

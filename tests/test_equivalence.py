@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ITEMS, QUERY
+from conftest import ITEMS, QUERY, forward_scores
 
 from reranker import EmptyInputError, GistConfig, GistReranker, layout
 
@@ -77,10 +77,8 @@ def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> No
     assert all(kv.item_tokens == 0 and kv.num_gist == k for kv in kvs)
     item_ids, _ = tiny_model.item_ids(items)
     q = tiny_model._query_tail(QUERY)
-    rows = [torch.cat([tiny_model._embed(ids[:k]), q]) for ids in item_ids]
-    with torch.no_grad():
-        out, seq_lens = tiny_model._forward_rows(rows, None)
-        reference = tiny_model._score_last(out.last_hidden_state, seq_lens)
+    rows = [torch.cat([tiny_model._embed(ids[:k]), q.embeds]) for ids in item_ids]
+    reference = forward_scores(tiny_model, rows, None, q)
     assert_scores_equal(tiny_model.score(QUERY, kvs), reference)
 
 
@@ -161,10 +159,8 @@ def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
     assert all(kv.prefix_tokens == 6 and kv.item_tokens == 6 and kv.num_gist == 4 for kv in kvs)
     item_ids, _ = model.item_ids(items)
     q = model._query_tail(QUERY)
-    rows = [torch.cat([model._embed(ids[:10]), q]) for ids in item_ids]
-    with torch.no_grad():
-        out, seq_lens = model._forward_rows(rows, None)
-        reference = model._score_last(out.last_hidden_state, seq_lens)
+    rows = [torch.cat([model._embed(ids[:10]), q.embeds]) for ids in item_ids]
+    reference = forward_scores(model, rows, None, q)
     assert_scores_equal(model.score(QUERY, kvs), reference)
 
 

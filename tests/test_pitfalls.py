@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ITEMS, QUERY
+from conftest import ITEMS, QUERY, forward_scores
 
 from reranker import GistReranker, layout
 
@@ -46,11 +46,9 @@ def test_renumbered_query_positions_break_equivalence(
 def test_zero_filled_item_placeholders_break_equivalence(tiny_model: GistReranker) -> None:
     """Zeros in place of the item 'because they are masked': the gists then summarise nothing."""
     reference = tiny_model.score_masked(QUERY, ITEMS)
-    q = torch.cat([tiny_model._embed(tiny_model.query_ids(QUERY)), tiny_model.score_embedding])
+    q = tiny_model._query_tail(QUERY)
     item_ids, _ = tiny_model.item_ids(ITEMS)
-    rows = [torch.cat([torch.zeros(len(ids), q.shape[1]), tiny_model.gist_embeddings, q]) for ids in item_ids]
-    lens = torch.tensor([len(ids) for ids in item_ids])
-    with torch.no_grad():
-        out, seq_lens = tiny_model._forward_rows(rows, lens)
-        placeholders = tiny_model._score_last(out.last_hidden_state, seq_lens)
+    gists = tiny_model.gist_embeddings
+    rows = [torch.cat([torch.zeros(len(ids), gists.shape[1]), gists, q.embeds]) for ids in item_ids]
+    placeholders = forward_scores(tiny_model, rows, torch.tensor([len(ids) for ids in item_ids]), q)
     assert clearly_differ(placeholders, reference)

@@ -145,3 +145,16 @@ def test_probe_says_where_attention_goes(checkpoint: Path, tmp_path: Path) -> No
     for top in meta["gist_top_tokens"]:
         shares = [share for _, share in top]
         assert len(top) == 3 and shares == sorted(shares, reverse=True) and 0.0 < sum(shares) <= 1.0 + 1e-6
+
+
+def test_probe_reads_a_likelihood_student_with_the_teachers_body_on_its_query(
+    tiny_base: Path, checkpoint: Path, tmp_path: Path
+) -> None:
+    """A query-likelihood student writes its query differently (another template, no score token); the
+    teacher is probed on the same query rows, so every layer still compares position by position."""
+    ql = GIST.model_copy(update={"score_rule": "query_likelihood", "query_template": "\nAsked:\n{query}"})
+    student = GistReranker.from_pretrained(str(tiny_base), ql, device="cpu").save_pretrained(tmp_path / "ql")
+    rows = probe_states(
+        tiny_relevance_set(), checkpoint, student, tmp_path / "p.json", queries=2, device="cpu"
+    )
+    assert all(0.0 < r["share"] < 1.0 and r["centered"] > 0.0 for r in rows)
