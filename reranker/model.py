@@ -11,8 +11,8 @@ plus, when trained with `add_lora`, LoRA adapters on the body (`adapter/` of a c
 The forwards sharing those parameters (sequence layouts in `layout.py`):
     compress(items)            item + gists, keep per-layer (prefix +) gist K/V → list[GistKV]
     score(query, kvs)          query (+ score token) against injected gist K/V → (N,) online path
-    score_masked(query, items) item + gists + query + score with the gist mask → (N,) reference path
-    score_full(query, items)   item + query + score, plain causal              → (N,) shadow/teacher
+    score_masked(query, items) item + gists + query (+ score), gist mask       → (N,) reference path
+    score_full(query, items)   item + query (+ score), plain causal            → (N,) shadow/teacher
     query_states(query, items) either of the two, plus the query's output at every layer (distillation)
     attention(query, items)    either of the two, its head-averaged attention weights (probe)
     score_packed(items, qs)    item (+ gists) + many queries per row           → training throughput
@@ -395,13 +395,13 @@ class GistReranker(nn.Module):
         return QueryTail(embeds, targets)
 
     def score_masked(self, query: str, items: Sequence[str], item_visibility: float = 0.0) -> torch.Tensor:
-        """Training-layout reference: item + gists + query + score token under the gist mask → (N,).
+        """Training-layout reference: item + gists + query (+ score token) under the gist mask → (N,).
 
         `item_visibility` > 0 lets the query partly read the item (mask curriculum, training only)."""
         return self._score_tail(query, items, False, item_visibility)[0]
 
     def score_full(self, query: str, items: Sequence[str]) -> torch.Tensor:
-        """Full-context cross-encoder (no gists): item + query + score token, plain causal → (N,)."""
+        """Full-context cross-encoder (no gists): item + query (+ score token), plain causal → (N,)."""
         return self._score_tail(query, items, True)[0]
 
     def query_states(
