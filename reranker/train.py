@@ -159,10 +159,12 @@ class Trainer:
             if cfg.teacher is None:
                 raise ValueError("distill > 0 or hidden_distill > 0 needs a teacher checkpoint")
             self.teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
-            if cfg.hidden_distill and self.teacher.gist.score_rule != cfg.gist.score_rule:
+            reading = ("score_rule", "query_template")
+            theirs, mine = ([getattr(g, f) for f in reading] for g in (self.teacher.gist, cfg.gist))
+            if cfg.hidden_distill and theirs != mine:
                 raise ValueError(
-                    "hidden_distill pairs the student's query rows with the teacher's: both need one "
-                    f"score rule (teacher {self.teacher.gist.score_rule!r}, student {cfg.gist.score_rule!r})"
+                    "hidden_distill pairs the student's query rows with the teacher's: both need one score "
+                    f"rule and query template (teacher {theirs}, student {mine})"
                 )
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=0.0)
         self.queries = [

@@ -96,3 +96,13 @@ def test_student_trains_saves_and_serves_the_rule(tiny_base: Path, tmp_path: Pat
     loaded = GistReranker.from_pretrained(tmp_path / "checkpoint", device="cpu")
     assert loaded.gist.score_rule == "query_likelihood"
     assert_scores_equal(loaded.score(QUERY, loaded.compress(ITEMS)), trainer.model.score_masked(QUERY, ITEMS))
+
+
+def test_hidden_distillation_needs_the_teachers_query_rows(tiny_base: Path, tmp_path: Path) -> None:
+    """Hidden-state distillation compares query rows position by position: a likelihood student (its
+    own template, no score token) cannot be paired with a head-rule teacher's rows."""
+    teacher = GistReranker.from_pretrained(tiny_base, GIST, device="cpu").save_pretrained(tmp_path / "t")
+    gist = GIST.model_copy(update={"score_rule": "query_likelihood", "query_template": TEMPLATE})
+    cfg = train_config(tiny_base, gist=gist, teacher=str(teacher), hidden_distill=1.0)
+    with pytest.raises(ValueError, match="one score rule and query template"):
+        Trainer(cfg, tiny_relevance_set(), tmp_path / "s", device="cpu")
