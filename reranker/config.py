@@ -82,6 +82,12 @@ class GistConfig(BaseModel):
             )
 
     @property
+    def query_reading(self) -> dict[str, str]:
+        """What lays out and scores the query's rows after the gists: two models whose readings match
+        have query rows that compare position by position (probe, hidden-state distillation)."""
+        return {"score_rule": self.score_rule, "query_template": self.query_template}
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 

@@ -85,10 +85,8 @@ def probe_states(
         raise ValueError(f"split {split!r} has no queries")
     teacher = GistReranker.from_pretrained(teacher_path, device=device)
     student = GistReranker.from_pretrained(student_path, device=device)
-    # query rows are compared position by position: the teacher reads the student's query text
-    reading = {"query_template": student.gist.query_template, "score_rule": student.gist.score_rule}
-    if {k: getattr(teacher.gist, k) for k in reading} != reading:
-        teacher = teacher.with_gist_config(teacher.gist.model_copy(update=reading))
+    if teacher.gist.query_reading != student.gist.query_reading:  # rows compare position by position
+        teacher = teacher.with_gist_config(teacher.gist.model_copy(update=student.gist.query_reading))
     if fresh_gists is not None:
         k, t = fresh_gists
         student = student.with_gist_config(

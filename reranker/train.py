@@ -159,8 +159,7 @@ class Trainer:
             if cfg.teacher is None:
                 raise ValueError("distill > 0 or hidden_distill > 0 needs a teacher checkpoint")
             self.teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
-            reading = ("score_rule", "query_template")
-            theirs, mine = ([getattr(g, f) for f in reading] for g in (self.teacher.gist, cfg.gist))
+            theirs, mine = self.teacher.gist.query_reading, cfg.gist.query_reading
             if cfg.hidden_distill and theirs != mine:
                 raise ValueError(
                     "hidden_distill pairs the student's query rows with the teacher's: both need one score "

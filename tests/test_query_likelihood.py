@@ -15,6 +15,7 @@ from reranker.train import Trainer
 
 TEMPLATE = "\nAsked:\n{query}"  # nothing after the query: every scored token is the query's own
 QL = GistConfig(num_gist=4, score_rule="query_likelihood", query_template=TEMPLATE, dtype="float32")
+QL_TINY = GIST.model_copy(update=QL.query_reading)  # the tiny training runs' gisting, read by likelihood
 
 
 def ql_model(base: Path, **update: object) -> GistReranker:
@@ -86,8 +87,7 @@ def test_rule_needs_a_lead_in_and_refuses_pointwise(tiny_base: Path) -> None:
 def test_student_trains_saves_and_serves_the_rule(tiny_base: Path, tmp_path: Path) -> None:
     """A query-likelihood student learns to rank from the listwise loss, and its checkpoint scores the
     same way after loading (the rule travels in the saved GistConfig)."""
-    gist = GIST.model_copy(update={"score_rule": "query_likelihood", "query_template": TEMPLATE})
-    cfg = train_config(tiny_base, gist=gist, steps=40, autoencode=0.5, autoencode_tokens=8)
+    cfg = train_config(tiny_base, gist=QL_TINY, steps=40, autoencode=0.5, autoencode_tokens=8)
     trainer = Trainer(cfg, tiny_relevance_set(), tmp_path, device="cpu")
     curve = trainer.fit(progress=False)
     first = sum(r["listwise"] for r in curve[:5]) / 5
@@ -102,7 +102,6 @@ def test_hidden_distillation_needs_the_teachers_query_rows(tiny_base: Path, tmp_
     """Hidden-state distillation compares query rows position by position: a likelihood student (its
     own template, no score token) cannot be paired with a head-rule teacher's rows."""
     teacher = GistReranker.from_pretrained(tiny_base, GIST, device="cpu").save_pretrained(tmp_path / "t")
-    gist = GIST.model_copy(update={"score_rule": "query_likelihood", "query_template": TEMPLATE})
-    cfg = train_config(tiny_base, gist=gist, teacher=str(teacher), hidden_distill=1.0)
+    cfg = train_config(tiny_base, gist=QL_TINY, teacher=str(teacher), hidden_distill=1.0)
     with pytest.raises(ValueError, match="one score rule and query template"):
         Trainer(cfg, tiny_relevance_set(), tmp_path / "s", device="cpu")
