@@ -301,6 +301,13 @@ def evaluate(
     prefix_k: Annotated[
         list[int] | None, typer.Option(help="k' of the prefix-caching baselines (t + k' tokens; repeatable)")
     ] = None,
+    control_base: Annotated[
+        bool,
+        typer.Option(
+            help="also read each student's untrained-gists and prefix controls with its untouched base LM "
+            "(the fair controls under --score-rule query_likelihood; a head-rule base has an untrained head)"
+        ),
+    ] = False,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
     from reranker.evaluate import evaluate as run_eval
@@ -316,6 +323,7 @@ def evaluate(
         split=split,
         prefix_ks=prefix_k or (4, 8, 16),
         full_paths=full_model or [],
+        control_base=control_base,
     )
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot

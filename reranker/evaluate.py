@@ -9,14 +9,17 @@ accuracy@1 against the labels. Systems, at matched storage and online cost:
     prefix B · S        K/V of the item's first B tokens in place of the (prefix +) gists — prefix
                         caching cut to the same budget B = t + k (and B = t + k' for each k' of the
                         sweep), scored by student S's body and head
+    … · untouched base  with `control_base`: the two controls above read by S's base LM, untrained
+                        (the fair controls of a student scored by query likelihood)
     bm25                lexical baseline on the rendered item text
     no item             a constant score: what the query alone can do (nothing)
     full context · M    another full-context model M (e.g. a cheaper shadow candidate: a LoRA teacher)
     teacher             the reference itself (its NDCG is the ceiling)
 Students that share a layout (t, k) carry their run folder's name as well: `gist t=32 k=8 · packed`.
 Every metric is sliced by item-length quartile (length of the query's best-labelled item, in tokens)
-and by hard-negative queries. Output: results.json, report.md, one PNG per metric; `merge_results`
-joins evaluations of different students on the same queries into one.
+and by hard-negative queries; each student is compared with each of its controls query by query
+(paired differences). Output: results.json, report.md, one PNG per metric; `merge_results` joins
+evaluations of different students on the same queries into one.
 """
 
 from __future__ import annotations
@@ -90,15 +93,22 @@ def _run_label(path: str | Path) -> str:
 
 
 def _gist_systems(
-    student: GistReranker, texts_by_id: dict[str, str], prefix_ks: Sequence[int], label: str = ""
+    student: GistReranker,
+    texts_by_id: dict[str, str],
+    prefix_ks: Sequence[int],
+    label: str = "",
+    base: GistReranker | None = None,
 ) -> dict[str, tuple[Callable, dict]]:
-    """Scorers of one student checkpoint, each with its plot facts (family, stored positions per item);
-    item K/V compressed once per item and system. A `label` (its run) suffixes every name and family.
+    """Scorers of one student checkpoint, each with its plot facts (family, stored positions per item,
+    and for a control the student it controls); item K/V compressed once per item and system. A
+    `label` (its run) suffixes every name and family.
 
-    The untrained-gists baseline is the student's body and head with its initial gists (the
+    The untrained-gists control is the student's body and head with its initial gists (the
     fingerprint rightly keeps K/V of one set of gists away from a model holding the other). The prefix
-    baselines cache the item's first t + k' tokens for each k' in `prefix_ks` and the student's k."""
-    untrained = student.with_gist_config(student.gist)
+    controls cache the item's first t + k' tokens for each k' in `prefix_ks` and the student's k. With
+    `base` (the untouched base LM under the student's gist config) both controls are also read by it:
+    the fair controls of a student whose score rule needs no trained parameter (query likelihood),
+    since the student's own body has learned to read gists rather than raw tokens."""
     suffix = f" · {label}" if label else ""
 
     def name(family: str = "gist", with_k: bool = True) -> str:
@@ -112,24 +122,28 @@ def _gist_systems(
         by_id = dict(zip(ids, kvs, strict=True))
         return lambda query, cand_ids: model.score(query, [by_id[i] for i in cand_ids]).tolist()
 
+    main = name()
     systems = {
-        name(): (
+        main: (
             scorer(student, student.compress(texts, progress=True)),
             {"family": name(with_k=False), "positions": t + k},
-        ),
-        name("untrained gists"): (
-            scorer(untrained, untrained.compress(texts)),
-            {"family": name("untrained gists", with_k=False), "positions": t + k},
-        ),
-    }
-    for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
-        plain_cfg = GistConfig(**(student.gist.model_dump() | {"num_gist": budget, "keep_item_prefix": 0}))
-        plain = student.with_gist_config(plain_cfg)
-        # scored by this student's body and head: two students' prefix baselines of one budget differ
-        systems[f"prefix {budget} · {name()}"] = (
-            scorer(plain, plain.compress_prefix(texts)),
-            {"family": f"prefix · {name()}", "positions": budget},
         )
+    }
+    readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
+    for reader, tag in readers:
+        untrained = reader.with_gist_config(reader.gist)
+        systems[name("untrained gists") + tag] = (
+            scorer(untrained, untrained.compress(texts)),
+            {"family": name("untrained gists", with_k=False) + tag, "positions": t + k, "control_of": main},
+        )
+        for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
+            plain_cfg = GistConfig(**(reader.gist.model_dump() | {"num_gist": budget, "keep_item_prefix": 0}))
+            plain = reader.with_gist_config(plain_cfg)
+            # scored by this reader's body and head: two students' prefix controls of one budget differ
+            systems[f"prefix {budget} · {main}{tag}"] = (
+                scorer(plain, plain.compress_prefix(texts)),
+                {"family": f"prefix · {main}{tag}", "positions": budget, "control_of": main},
+            )
     return systems
 
 
@@ -146,9 +160,11 @@ def evaluate(
     device: str | None = None,
     prefix_ks: Sequence[int] = (4, 8, 16),
     full_paths: Sequence[str | Path] = (),
+    control_base: bool = False,
 ) -> dict:
     """Score `data`'s `split` with the teacher, every student's systems and every other full-context
-    model in `full_paths`; write results.json, report.md and plots to `out`."""
+    model in `full_paths`; write results.json, report.md and plots to `out`. `control_base`: read each
+    student's controls with its untouched base LM as well (see `_gist_systems`)."""
     test = data.split(split)
     if not test.queries:
         raise ValueError(f"split {split!r} has no queries")
@@ -171,7 +187,12 @@ def evaluate(
     if len(set(zip(layouts, labels, strict=True))) < len(students):
         raise ValueError(f"students {list(map(str, student_paths))} repeat a layout and a run folder name")
     for student, label in zip(students, labels, strict=True):
-        systems |= _gist_systems(student, texts_by_id, prefix_ks, label)
+        base = (
+            GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
+            if control_base
+            else None
+        )
+        systems |= _gist_systems(student, texts_by_id, prefix_ks, label, base)
     for path in full_paths:
         systems[f"full context · {path}"] = (
             _full_scorer(GistReranker.from_pretrained(path, device=device), texts_by_id),
@@ -276,6 +297,29 @@ def summarize(records: Sequence[dict]) -> dict:
     return out
 
 
+def paired_differences(result: dict) -> list[dict]:
+    """Each student minus each of its controls, query by query (the pairing cancels the spread between
+    easy and hard queries that the per-system intervals carry): mean difference of NDCG@10 and
+    recall@5, its 95% bootstrap interval, and how many queries went better / worse."""
+    by_key = {(r["system"], r["query_id"]): r for r in result["records"]}
+    queries = list(dict.fromkeys(r["query_id"] for r in result["records"]))
+    rows = []
+    for control, facts in result["systems"].items():
+        if (student := facts.get("control_of")) is None:
+            continue
+        row: dict = {"student": student, "control": control}
+        for metric in ("ndcg@10", "recall@5"):
+            diffs = [by_key[student, q][metric] - by_key[control, q][metric] for q in queries]
+            row[metric] = {
+                "mean": sum(diffs) / len(diffs),
+                "ci95": list(bootstrap_ci(diffs)),
+                "better": sum(d > 0 for d in diffs),
+                "worse": sum(d < 0 for d in diffs),
+            }
+        rows.append(row)
+    return rows
+
+
 def _cuts(lengths: Sequence[int], quartiles: Sequence[int]) -> dict[str, list[int]]:
     return {
         str(q): [min(ls), max(ls)]
@@ -310,6 +354,17 @@ def markdown_report(result: dict) -> str:
         ci = s["ci95"]
         cells = [f"{s['all'][m]:.3f} [{ci[m][0]:.3f}, {ci[m][1]:.3f}]" for m in ("recall@5", "ndcg@10")]
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    if paired := paired_differences(result):
+        title = (
+            "Each student minus its controls, paired over queries (95% bootstrap interval; better / worse)"
+        )
+        lines += ["", title + ":", "", "| student | control | Δ ndcg@10 | Δ recall@5 |", "|---|---|---|---|"]
+        for row in paired:
+            cells = [
+                f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['better']} / {d['worse']})"
+                for d in (row["ndcg@10"], row["recall@5"])
+            ]
+            lines.append(f"| {row['student']} | {row['control']} | " + " | ".join(cells) + " |")
     cuts = result["length_quartile_cuts_tokens"]
     lines += ["", "Recall@5 by item-length quartile (tokens of the query's best item):", ""]
     quarts = sorted(cuts)

@@ -67,9 +67,10 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert saved["gist"]["gist_read_bias"] == 1.5
     args = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--prefix-k", "1"]
     args += ["--student", str(tmp_path / "student" / "checkpoint"), "--out", str(tmp_path / "eval"), *common]
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, [*args, "--control-base"])
     assert result.exit_code == 0, result.output
     assert "| gist t=3 k=2 |" in result.output and "| prefix 4 · gist t=3 k=2 |" in result.output
+    assert "| gist t=3 k=2 | prefix 4 · gist t=3 k=2 · untouched base |" in result.output  # paired
     assert (tmp_path / "eval" / "results.json").is_file()
     merged = tmp_path / "merged"
     result = runner.invoke(

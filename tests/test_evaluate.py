@@ -11,7 +11,15 @@ import pytest
 from tiny import tiny_relevance_set
 
 from reranker.config import GistConfig
-from reranker.evaluate import METRICS, bm25_scores, evaluate, merge_results, write_outputs
+from reranker.evaluate import (
+    METRICS,
+    bm25_scores,
+    evaluate,
+    merge_results,
+    paired_differences,
+    write_outputs,
+)
+from reranker.model import GistReranker
 from reranker.train import TrainConfig, Trainer
 
 
@@ -65,7 +73,11 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         r for r in result["records"] if r["system"] == "teacher"
     ]
     assert result["systems"]["gist t=3 k=2"] == {"family": "gist t=3", "positions": 5}
-    assert result["systems"]["prefix 5 · gist t=3 k=2"] == {"family": "prefix · gist t=3 k=2", "positions": 5}
+    assert result["systems"]["prefix 5 · gist t=3 k=2"] == {
+        "family": "prefix · gist t=3 k=2",
+        "positions": 5,
+        "control_of": "gist t=3 k=2",
+    }
     assert len(result["records"]) == len(systems) * 2  # two test queries
     teacher = result["summary"]["teacher"]["all"]
     assert teacher["recall@1"] == teacher["recall@5"] == 1.0  # the reference agrees with itself
@@ -124,3 +136,56 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     next(r for r in tampered["records"] if r["system"] == "bm25")["ndcg@10"] = -1.0
     with pytest.raises(ValueError, match="system 'bm25' differs"):
         merge_results([parts[0], tampered])
+
+
+def test_paired_differences_by_hand() -> None:
+    ndcg = {"gist k=2": [1.0, 0.5, 0.2], "prefix 2 · gist k=2": [0.5, 0.5, 0.4]}
+    records = [
+        {"system": system, "query_id": f"q{i}", "ndcg@10": value, "recall@5": 1.0}
+        for system, values in ndcg.items()
+        for i, value in enumerate(values)
+    ]
+    systems = {
+        "gist k=2": {"family": "gist", "positions": 2},
+        "prefix 2 · gist k=2": {"family": "prefix · gist k=2", "positions": 2, "control_of": "gist k=2"},
+        "bm25": {"family": "bm25", "positions": None},
+    }
+    [row] = paired_differences({"records": records, "systems": systems})
+    assert (row["student"], row["control"]) == ("gist k=2", "prefix 2 · gist k=2")
+    assert math.isclose(row["ndcg@10"]["mean"], (0.5 + 0.0 - 0.2) / 3)
+    assert (row["ndcg@10"]["better"], row["ndcg@10"]["worse"]) == (1, 1)
+    low, high = row["ndcg@10"]["ci95"]
+    assert -0.2 - 1e-12 <= low < row["ndcg@10"]["mean"] < high <= 0.5 + 1e-12  # within the extremes
+    assert row["recall@5"] == {"mean": 0.0, "ci95": [0.0, 0.0], "better": 0, "worse": 0}
+
+
+def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
+    """`control_base` reads a student's controls with its base LM as it was before any training: for a
+    fully fine-tuned student (its checkpoint stores the trained body) they are the controls the saved
+    untouched base scores as a student of its own, not the student's own controls."""
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    untouched = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "untouched")
+    cfg = TrainConfig(
+        role="student", base=str(tiny_base), gist=gist, steps=4, queries_per_step=2, candidates_per_query=4
+    )
+    Trainer(cfg, data, tmp_path / "student", device="cpu").fit(progress=False)
+    student = tmp_path / "student" / "checkpoint"
+    result = evaluate(
+        data, untouched, [student], tmp_path / "eval", device="cpu", prefix_ks=(1,), control_base=True
+    )
+    alone = evaluate(data, untouched, [untouched], tmp_path / "alone", device="cpu", prefix_ks=(1,))
+
+    def rows(res: dict, system: str) -> list[dict]:
+        return [r | {"system": ""} for r in res["records"] if r["system"] == system]
+
+    controls = ["untrained gists k=2", "prefix 1 · gist k=2", "prefix 2 · gist k=2"]
+    for control in controls:
+        base_read = f"{control} · untouched base"
+        assert result["systems"][base_read]["control_of"] == "gist k=2"
+        assert rows(result, base_read) == rows(alone, control) and len(rows(alone, control)) == 2
+    assert rows(result, "gist k=2") != rows(alone, "gist k=2")  # the student did train its body
+    paired = {row["control"]: row for row in paired_differences(result)}
+    assert set(paired) == {c + tag for c in controls for tag in ("", " · untouched base")}
+    report = (tmp_path / "eval" / "report.md").read_text()
+    assert "| gist k=2 | prefix 1 · gist k=2 · untouched base |" in report
