@@ -20,7 +20,7 @@ from rows import catalog_row
 from sqlalchemy.exc import OperationalError
 
 from reranker import kv_codec
-from reranker.checkpoints import DEFAULT_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.checkpoints import DEFAULT_CHECKPOINT, HYBRID_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
 from reranker.errors import EmptyInputError
 from reranker.kv import GistKV
 from reranker.render import render_item
@@ -601,7 +601,7 @@ def test_local_settings_pick_free_ports_and_keep_files_in_the_workdir(tmp_path: 
     assert (local.feast_dir, local.workdir) == (str(tmp_path / "feast"), str(tmp_path / "triton"))
 
 
-def test_shadow_defaults_to_the_shipped_teacher_only_for_the_shipped_student() -> None:
+def test_shadow_defaults_to_the_shipped_teacher_only_for_a_shipped_student() -> None:
     def shadow(**kwargs: str) -> str:
         return ServerSettings(**kwargs).parameters()[FULL_MODEL]["model_path"]
 
@@ -609,6 +609,8 @@ def test_shadow_defaults_to_the_shipped_teacher_only_for_the_shipped_student() -
     assert shadow(model_path=DEFAULT_CHECKPOINT) == SHADOW_CHECKPOINT
     assert shadow(model_path=str(SHIPPED[DEFAULT_CHECKPOINT])) == SHADOW_CHECKPOINT  # by folder too
     assert shadow(model_path=DEFAULT_CHECKPOINT, full_model_path="/t") == "/t"
+    assert shadow(model_path=HYBRID_CHECKPOINT) == SHADOW_CHECKPOINT  # the other shipped student
+    assert shadow(model_path=SHADOW_CHECKPOINT) == SHADOW_CHECKPOINT  # the teacher checks itself
 
 
 def test_server_env_puts_this_interpreter_first(tmp_path: Path) -> None:
