@@ -41,7 +41,7 @@ def demo(
     shadow_model: Annotated[
         str | None,
         typer.Option(
-            help="full-context model of the shadow; default the shipped teacher for the shipped student"
+            help="full-context model of the shadow; default the shipped teacher for a shipped student"
         ),
     ] = None,
 ) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The quality run behind reports/quality.md: teacher, hybrid and pure gist students, evaluation, and the
-# shipped default (4 gists, autoencoding stage, read by query likelihood) with its controls.
+# shipped gistrank-ql-k4 (4 gists, autoencoding stage, read by query likelihood) with its controls.
 # CPU sized (SmolLM2-135M, fp32, items capped at 256 tokens, 60 product families); on CUDA the same
 # commands run unchanged and much faster. Resume an interrupted stage with `gistrank train --out DIR --resume`.
 set -euo pipefail
@@ -20,7 +20,7 @@ GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
 "$GISTRANK" eval --teacher "$RUNS/teacher/checkpoint" \
   --student "$RUNS/hybrid-t32-k8/checkpoint" --student "$RUNS/gist-k8/checkpoint" \
   "${DATA[@]}" --out "$RUNS/eval"
-# the shipped default (reranker/checkpoints/ql-k4): autoencoding stage only, read by query likelihood
+# gistrank-ql-k4 (reranker/checkpoints/ql-k4): autoencoding stage only, read by query likelihood
 # (bf16 where the CPU or GPU has it), and its controls read by the untouched base
 "$GISTRANK" train --out "$RUNS/gist-k4-ae-ql" --num-gist 4 "${DATA[@]}" --config "$CFG/student_ae_stage.json" \
   --steps 80 --score-rule query_likelihood

@@ -20,7 +20,7 @@ from rows import catalog_row
 from sqlalchemy.exc import OperationalError
 
 from reranker import kv_codec
-from reranker.checkpoints import DEFAULT_CHECKPOINT, HYBRID_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
 from reranker.errors import EmptyInputError
 from reranker.kv import GistKV
 from reranker.render import render_item
@@ -609,7 +609,7 @@ def test_shadow_defaults_to_the_shipped_teacher_only_for_a_shipped_student() -> 
     assert shadow(model_path=DEFAULT_CHECKPOINT) == SHADOW_CHECKPOINT
     assert shadow(model_path=str(SHIPPED[DEFAULT_CHECKPOINT])) == SHADOW_CHECKPOINT  # by folder too
     assert shadow(model_path=DEFAULT_CHECKPOINT, full_model_path="/t") == "/t"
-    assert shadow(model_path=HYBRID_CHECKPOINT) == SHADOW_CHECKPOINT  # the other shipped student
+    assert shadow(model_path=QL_CHECKPOINT) == SHADOW_CHECKPOINT  # the other shipped student
     assert shadow(model_path=SHADOW_CHECKPOINT) == SHADOW_CHECKPOINT  # the teacher checks itself
 
 

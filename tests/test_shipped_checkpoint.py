@@ -1,5 +1,5 @@
-"""The shipped checkpoints (the demo's default student, the hybrid student and their shadow teacher)
-load on the real base and rank sensibly; the default beats its controls at its storage budget."""
+"""The shipped checkpoints (the demo's hybrid student, the 4-gist likelihood student and their shadow
+teacher) load on the real base and rank sensibly; the 4-gist student beats its controls at its budget."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from reranker import GistReranker
-from reranker.checkpoints import DEFAULT_CHECKPOINT, HYBRID_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
 from reranker.data_synth import generate
 from reranker.metrics import ndcg_at_k
 
@@ -33,12 +33,12 @@ def _test_lists(n: int) -> list[tuple[str, list[str], list[int]]]:
     return lists
 
 
-def test_default_checkpoint_beats_its_controls_at_four_positions() -> None:
-    """The default student (4 gists read by query likelihood) on test-split queries of the synthetic set
-    it was evaluated on, against its controls at the same 4 stored positions read by the untouched base
-    with the same rule: the same base's untrained gists, and prefix caching of each item's first 4
-    tokens (reports/quality/eval-ql-k4-controls)."""
-    model = GistReranker.from_pretrained(DEFAULT_CHECKPOINT, device="cpu")  # fingerprint checked on load
+def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
+    """The 4-gist student read by query likelihood, on test-split queries of the synthetic set it was
+    evaluated on, against its controls at the same 4 stored positions read by the untouched base with
+    the same rule: the same base's untrained gists, and prefix caching of each item's first 4 tokens
+    (reports/quality/eval-ql-k4-controls)."""
+    model = GistReranker.from_pretrained(QL_CHECKPOINT, device="cpu")  # fingerprint checked on load
     assert model.has_lora and model.gist.score_rule == "query_likelihood"
     assert (model.gist.keep_item_prefix, model.gist.num_gist) == (0, 4)
     base = GistReranker.from_pretrained(model.base_ref, model.gist, device="cpu")
@@ -63,11 +63,11 @@ def test_default_checkpoint_beats_its_controls_at_four_positions() -> None:
     assert mean["gist"] > mean["prefix 4"] + 0.15, ndcg
 
 
-def test_hybrid_checkpoint_ranks_test_queries_far_better_than_untrained_gists() -> None:
+def test_default_checkpoint_ranks_test_queries_far_better_than_untrained_gists() -> None:
     """Test-split queries of the synthetic set it was evaluated on (reports/quality.md): the online
     path of the trained checkpoint against the same base wrapped with untrained gists and head."""
     torch.manual_seed(0)
-    model = GistReranker.from_pretrained(HYBRID_CHECKPOINT, device="cpu")  # fingerprint checked on load
+    model = GistReranker.from_pretrained(DEFAULT_CHECKPOINT, device="cpu")  # fingerprint checked on load
     assert model.has_lora and (model.gist.keep_item_prefix, model.gist.num_gist) == (32, 8)
     untrained = GistReranker.from_pretrained(model.base_ref, model.gist, device="cpu")
     trained_ndcg, untrained_ndcg = [], []

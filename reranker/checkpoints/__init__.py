@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 CHECKPOINT_FILE = "gistrank.json"
-DEFAULT_CHECKPOINT = "gistrank-ql-k4"  # 4 gists read by query likelihood: beats prefix caching at 4 positions
-HYBRID_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule: ranks higher, 10x the K/V
+DEFAULT_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule
+QL_CHECKPOINT = "gistrank-ql-k4"  # 4 gists read by query likelihood: beats prefix caching at 4 positions
 SHADOW_CHECKPOINT = "gistrank-teacher-lora"  # full-context LoRA cross-encoder on the same base and data
 SHIPPED = {
-    DEFAULT_CHECKPOINT: Path(__file__).parent / "ql-k4",
-    HYBRID_CHECKPOINT: Path(__file__).parent / "hybrid-t32-k8",
+    DEFAULT_CHECKPOINT: Path(__file__).parent / "hybrid-t32-k8",
+    QL_CHECKPOINT: Path(__file__).parent / "ql-k4",
     SHADOW_CHECKPOINT: Path(__file__).parent / "teacher-lora",
 }
 
@@ -34,6 +34,6 @@ def is_checkpoint(ref: str | Path) -> bool:
 def default_shadow(model: str | Path) -> str:
     """The full-context model that checks `model` online when none is named: the shipped teacher for a
     shipped student (all trained on the same data and base), else `model`'s own full-context forward."""
-    students = (SHIPPED[DEFAULT_CHECKPOINT], SHIPPED[HYBRID_CHECKPOINT])
+    students = (SHIPPED[DEFAULT_CHECKPOINT], SHIPPED[QL_CHECKPOINT])
     shipped_student = Path(resolve_checkpoint(model)).resolve() in {s.resolve() for s in students}
     return SHADOW_CHECKPOINT if shipped_student else str(model)

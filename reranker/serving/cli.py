@@ -28,7 +28,7 @@ def serve(
     full_model: Annotated[
         str | None,
         typer.Option(
-            help="shadow's full-context model; default the shipped teacher for the shipped student, "
+            help="shadow's full-context model; default the shipped teacher for a shipped student, "
             "else --model's own full-context forward"
         ),
     ] = None,
