@@ -190,6 +190,8 @@ def train(
     ] = None,
 ) -> None:
     """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
+    from pydantic import ValidationError
+
     from reranker.config import GistConfig, resolve_dtype, template_for
     from reranker.train import TrainConfig, Trainer
 
@@ -200,18 +202,22 @@ def train(
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--steps") from err
     else:
-        gist = GistConfig(
-            num_gist=num_gist,
-            keep_item_prefix=keep_item_prefix,
-            max_item_tokens=max_item_tokens,
-            gist_read_bias=gist_read_bias,
-            score_rule=score_rule,
-            dtype=resolve_dtype(dtype),
-            **({"query_template": query_template} if query_template else template_for(score_rule)),
-        )
         extra = json.loads(config.read_text()) if config else {}
         extra |= {} if steps is None else {"steps": steps}
-        cfg = TrainConfig(**({"role": role, "base": base, "gist": gist, "seed": seed} | extra))
+        try:
+            gist = GistConfig(
+                num_gist=num_gist,
+                keep_item_prefix=keep_item_prefix,
+                max_item_tokens=max_item_tokens,
+                gist_read_bias=gist_read_bias,
+                score_rule=score_rule,
+                dtype=resolve_dtype(dtype),
+                **({"query_template": query_template} if query_template else template_for(score_rule)),
+            )
+            cfg = TrainConfig(**({"role": role, "base": base, "gist": gist, "seed": seed} | extra))
+        except ValidationError as err:  # a bad option or --config field: say which, no traceback
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+            raise typer.BadParameter(problems) from err
         trainer = Trainer(cfg, relevance, out)
     curve = trainer.fit()
     steps_done = f"{len(curve)} step" + ("" if len(curve) == 1 else "s")

@@ -128,6 +128,19 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 @pytest.mark.triton
+def test_train_refuses_bad_options_with_their_names(tiny_base: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"stepz": 2}))
+    args = ["train", "--out", str(tmp_path / "run"), "--base", str(tiny_base), "--products", "2"]
+    result = runner.invoke(app, [*args, "--score-rule", "bogus", "--dtype", "bogus"])
+    assert result.exit_code == 2 and not isinstance(result.exception, ValueError)  # a usage error
+    message = unboxed(result.output)
+    assert "score_rule:Inputshouldbe'head'or'query_likelihood'" in message and "dtype:" in message
+    result = runner.invoke(app, [*args, "--config", str(cfg)])
+    assert result.exit_code == 2 and "stepz:Extrainputsarenotpermitted" in unboxed(result.output)
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
 def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     """`make demo` on a tiny model: every stage runs against the real services and they all stop."""
     args = ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
