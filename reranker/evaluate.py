@@ -186,12 +186,14 @@ def evaluate(
     ]
     if len(set(zip(layouts, labels, strict=True))) < len(students):
         raise ValueError(f"students {list(map(str, student_paths))} repeat a layout and a run folder name")
+    bases: dict[tuple[str, str], GistReranker] = {}  # one body per base and dtype, however many students
     for student, label in zip(students, labels, strict=True):
-        base = (
-            GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
-            if control_base
-            else None
-        )
+        base = None
+        if control_base:
+            key = (student.base_ref, student.gist.dtype)
+            if key not in bases:
+                bases[key] = GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
+            base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
         systems |= _gist_systems(student, texts_by_id, prefix_ks, label, base)
     for path in full_paths:
         systems[f"full context · {path}"] = (

@@ -189,3 +189,16 @@ def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
     assert set(paired) == {c + tag for c in controls for tag in ("", " · untouched base")}
     report = (tmp_path / "eval" / "report.md").read_text()
     assert "| gist k=2 | prefix 1 · gist k=2 · untouched base |" in report
+    # two students of one base in one evaluation: both read their controls with that base, untouched
+    pair = evaluate(
+        data,
+        untouched,
+        [student, untouched],
+        tmp_path / "pair",
+        device="cpu",
+        prefix_ks=(1,),
+        control_base=True,
+    )
+    for control in controls:
+        for run in ("student", "untouched"):
+            assert rows(pair, f"{control} · {run} · untouched base") == rows(alone, control)
