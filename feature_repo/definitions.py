@@ -1,10 +1,10 @@
 """Feast objects for the gist K/V store: entity `item`, push source `item_gist_push`, view `item_gist`.
 
-One row per item holds its serialized gist K/V (`reranker.kv_codec` bytes) and the metadata needed to
+One row per item holds its serialized gist K/V (`reranker.core.kv_codec` bytes) and the metadata needed to
 decide, without decoding, whether the row is current: model fingerprint, content hash, catalog version.
 A delete is a tombstone row (`deleted=True`, empty `kv`): Feast 0.49's online stores have no per-entity
 delete, and the tombstone's version is what stops a stale upsert arriving after the delete from
-resurrecting the item (see `streaming/gist_store.py`).
+resurrecting the item (see `reranker/store.py`).
 
 `feast apply` executes every .py file in this folder, so this must stay the only one; the application
 loads it by path and calls `build_definitions` with its own data dir.

@@ -1,6 +1,6 @@
 """GistRank reranker core: gist compression of items into per-layer K/V and online scoring against it.
 
-Names are imported lazily: `reranker.render` and friends are used by processes (catalog, consumer
+Names are imported lazily: `reranker.core.render` and friends are used by processes (catalog, consumer
 tooling) that should not pay for importing torch and transformers.
 """
 
@@ -10,26 +10,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from reranker.config import GistConfig
-    from reranker.errors import (
+    from reranker.core.config import GistConfig
+    from reranker.core.errors import (
         EmptyInputError,
         FingerprintMismatchError,
         GistRankError,
         KVFormatError,
         QueryTooLongError,
     )
-    from reranker.kv import GistKV
-    from reranker.model import GistReranker
+    from reranker.core.kv import GistKV
+    from reranker.core.model import GistReranker
 
 _WHERE = {
-    "GistConfig": "reranker.config",
-    "GistKV": "reranker.kv",
-    "GistReranker": "reranker.model",
-    "EmptyInputError": "reranker.errors",
-    "FingerprintMismatchError": "reranker.errors",
-    "GistRankError": "reranker.errors",
-    "KVFormatError": "reranker.errors",
-    "QueryTooLongError": "reranker.errors",
+    "GistConfig": "reranker.core.config",
+    "GistKV": "reranker.core.kv",
+    "GistReranker": "reranker.core.model",
+    "EmptyInputError": "reranker.core.errors",
+    "FingerprintMismatchError": "reranker.core.errors",
+    "GistRankError": "reranker.core.errors",
+    "KVFormatError": "reranker.core.errors",
+    "QueryTooLongError": "reranker.core.errors",
 }
 __all__ = [
     "EmptyInputError",

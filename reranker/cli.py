@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from reranker.checkpoints import DEFAULT_CHECKPOINT
+from reranker.core.checkpoints import DEFAULT_CHECKPOINT
 from reranker.serving.cli import rerank, serve
 from streaming.cli import catalog_app, consume, materialize, publish
 
@@ -47,11 +47,11 @@ def demo(
 ) -> None:
     """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
     if core:
-        from reranker.demo import run_core_demo
+        from reranker.demo.core import run_core_demo
 
         run_core_demo(base, num_gist=num_gist, dtype=dtype)
         return
-    from reranker.pipeline_demo import run_pipeline_demo
+    from reranker.demo.pipeline import run_pipeline_demo
 
     run_pipeline_demo(base, workdir, num_gist, dtype, queries, max_item_tokens, shadow_model)
 
@@ -68,7 +68,7 @@ def bench(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_score.json"),
 ) -> None:
     """Candidates/s of online `score` vs full-context `score_full`, next to the ideal (j + ℓ)/ℓ."""
-    from reranker.bench import run_score_bench
+    from reranker.bench.score import run_score_bench
 
     js = item_tokens or [256, 512, 1024]
     run_score_bench(base, candidates, query_tokens, js, num_gist, dtype, repeats, out)
@@ -87,7 +87,7 @@ def bench_packing(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_packing.json"),
 ) -> None:
     """Training pairs/s with queries packed m per item row vs one row per pair, next to the ideal."""
-    from reranker.bench_packing import run_packing_bench
+    from reranker.bench.packing import run_packing_bench
 
     ms = queries_per_item or [1, 2, 4, 8]
     run_packing_bench(base, items, ms, num_gist, max_item_tokens, lora_rank, dtype, repeats, out)
@@ -105,7 +105,7 @@ def bench_store(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_store.json"),
 ) -> None:
     """Consumer items/s vs raw compress; Feast read latency (SQLite, Redis) vs raw Redis; blob bytes."""
-    from streaming.bench import run_store_bench
+    from reranker.bench.store import run_store_bench
 
     run_store_bench(
         base, out, workdir, num_gist, dtype, consumer_items, read_ids=read_ids, read_repeats=read_repeats
@@ -125,7 +125,7 @@ def bench_serving(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_serving.json"),
 ) -> None:
     """End-to-end latency over HTTP and gRPC (hit / Feast / recompute paths) vs in-process score()."""
-    from reranker.serving.bench import run_serving_bench
+    from reranker.bench.serving import run_serving_bench
 
     run_serving_bench(
         base,
@@ -146,8 +146,8 @@ Data = Annotated[
 
 
 def _load_data(data: str, seed: int, products: int, max_item_tokens: int):  # -> RelevanceSet
-    from reranker.data_synth import generate
-    from reranker.relevance_data import RelevanceSet, load_relevance_file
+    from reranker.training.data_synth import generate
+    from reranker.training.relevance_data import RelevanceSet, load_relevance_file
 
     if data == "synthetic":
         return generate(seed, products, queries_per_product=4, length_tokens=(100, max(120, max_item_tokens)))
@@ -192,8 +192,8 @@ def train(
     """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
     from pydantic import ValidationError
 
-    from reranker.config import GistConfig, resolve_dtype, template_for
-    from reranker.train import TrainConfig, Trainer
+    from reranker.core.config import GistConfig, resolve_dtype, template_for
+    from reranker.training.trainer import TrainConfig, Trainer
 
     relevance = _load_data(data, seed, products, max_item_tokens)
     if resume:
@@ -234,7 +234,7 @@ def curves(
     ] = None,
 ) -> None:
     """Learning curves of several training runs side by side (default: loss, batch acc@1, score spread)."""
-    from reranker.train import CURVE_KEYS, plot_curves
+    from reranker.training.trainer import CURVE_KEYS, plot_curves
 
     pairs = [run.rsplit("=", 1) for run in runs]  # labels may hold "=" (k=8), folders rarely do
     if any(len(p) != 2 or not p[0] for p in pairs):
@@ -268,7 +268,7 @@ def probe(
 ) -> None:
     """Per layer: how much of the item reaches the student's query (item share, centered gap), how much
     its gists vary with the item, sinks. `--fresh-gists 8 1 --student TEACHER` = a warm start's step 0."""
-    from reranker.probe import probe_states
+    from reranker.evaluation.probe import probe_states
 
     relevance = _load_data(data, seed, products, max_item_tokens)
     try:
@@ -316,7 +316,7 @@ def evaluate(
     ] = False,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
-    from reranker.evaluate import evaluate as run_eval
+    from reranker.evaluation.evaluate import evaluate as run_eval
 
     if not student and not full_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
@@ -343,7 +343,7 @@ def eval_merge(
 ) -> None:
     """Join evaluations of different students on the same teacher and queries (one per trained k) into
     one results.json, report.md and set of plots."""
-    from reranker.evaluate import merge_results, write_outputs
+    from reranker.evaluation.evaluate import merge_results, write_outputs
 
     for run in runs:
         if not (run / "results.json").is_file():

@@ -39,7 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
-from reranker.render import content_hash
+from reranker.core.render import content_hash
 from streaming.events import (
     MAX_ITEM_ID_CHARS,
     ChangeEvent,

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from reranker.checkpoints import DEFAULT_CHECKPOINT
+from reranker.core.checkpoints import DEFAULT_CHECKPOINT
 from streaming.catalog import DEFAULT_URL, Catalog, CatalogError
 from streaming.kafka_settings import KafkaSettings, ensure_topics
 
 if TYPE_CHECKING:
-    from reranker.model import GistReranker
-    from streaming.gist_store import GistStore
+    from reranker.core.model import GistReranker
+    from reranker.store import GistStore
 
 DEFAULT_MODEL = DEFAULT_CHECKPOINT  # the shipped trained checkpoint; the server defaults to it too
 
@@ -80,8 +80,8 @@ def _settings(bootstrap_servers: str | None) -> KafkaSettings:
 
 def _load_model(ref: str, num_gist: int | None, dtype: ComputeDType | None) -> GistReranker:
     from reranker import GistConfig, GistReranker
-    from reranker.checkpoints import is_checkpoint
-    from reranker.config import resolve_dtype
+    from reranker.core.checkpoints import is_checkpoint
+    from reranker.core.config import resolve_dtype
 
     if is_checkpoint(ref):
         # A checkpoint carries its gist config; options may only confirm it, never silently differ.
@@ -98,7 +98,7 @@ def _load_model(ref: str, num_gist: int | None, dtype: ComputeDType | None) -> G
 
 
 def _open_store(feast_dir: Path | None, online: OnlineStore, redis_url: str | None) -> GistStore:
-    from streaming.gist_store import GistStore
+    from reranker.store import GistStore
 
     store = GistStore(feast_dir, online=online.value, redis_url=redis_url)
     store.apply()

@@ -60,9 +60,9 @@ from monitoring.metrics import (
     CONSUMER_LAG,
     CONSUMER_SKIPPED,
 )
-from reranker.render import content_hash
+from reranker.core.render import content_hash
+from reranker.store import FeatureStoreUnavailableError, GistRow, GistStore
 from streaming.events import ChangeEvent, InvalidEventError, decode_event, format_timestamp
-from streaming.gist_store import FeatureStoreUnavailableError, GistRow, GistStore
 from streaming.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings
 from streaming.materialize import compress_rows
 
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
     from kafka.future import Future
 
-    from reranker.model import GistReranker
+    from reranker.core.model import GistReranker
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ Wire format: Kafka key = the item id (UTF-8), value = one JSON object
   older consumer's traffic to the dead-letter topic.
 
 Every problem with received bytes surfaces as `InvalidEventError` with a one-line reason for the
-dead-letter topic. It is a plain `ValueError` subclass, not a `reranker.errors.GistRankError`:
+dead-letter topic. It is a plain `ValueError` subclass, not a `reranker.core.errors.GistRankError`:
 importing the `reranker` package loads torch (seconds), and validating events must stay cheap for
 producers and the CLI.
 """

@@ -20,13 +20,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from tqdm.auto import tqdm
 
-from reranker.render import content_hash, render_item
+from reranker.core.render import content_hash, render_item
+from reranker.store import GistRow, GistStore
 from streaming.catalog import BATCH, Catalog, Item
 from streaming.events import ItemFields
-from streaming.gist_store import GistRow, GistStore
 
 if TYPE_CHECKING:
-    from reranker.model import GistReranker
+    from reranker.core.model import GistReranker
 
 
 @dataclass(frozen=True)

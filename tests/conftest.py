@@ -9,7 +9,7 @@ import torch
 from tiny import build_tiny_base
 
 from reranker import GistConfig, GistReranker
-from reranker.model import QueryTail
+from reranker.core.model import QueryTail
 
 torch.set_num_threads(2)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from reranker.kv import GistKV
+from reranker.core.kv import GistKV
+from reranker.store import GistRow
 from streaming.catalog import Catalog
-from streaming.gist_store import GistRow
 
 
 def catalog_row(catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None = None) -> GistRow:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import streaming.catalog as catalog_module
-from reranker.render import content_hash, render_item
+from reranker.core.render import content_hash, render_item
 from streaming.catalog import Catalog, CatalogError, ItemNotFoundError
 from streaming.events import decode_event, encode_event
 
-SAMPLE = Path(__file__).resolve().parents[1] / "reranker" / "data" / "sample_catalog.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "reranker" / "demo" / "data" / "sample_catalog.jsonl"
 SAMPLE_QUERIES = SAMPLE.with_name("sample_queries.txt")
 PHONE = {
     "title": "Acme UltraPhone 15 Pro",

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from reranker.cli import app
-from reranker.demo import sample_catalog, sample_queries
+from reranker.demo.core import sample_catalog, sample_queries
 
 runner = CliRunner()
 

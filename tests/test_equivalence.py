@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import ITEMS, QUERY, forward_scores
 
-from reranker import EmptyInputError, GistConfig, GistReranker, layout
+from reranker import EmptyInputError, GistConfig, GistReranker
+from reranker.core import layout
 
 
 def assert_scores_equal(online: torch.Tensor, reference: torch.Tensor) -> None:

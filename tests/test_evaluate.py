@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from tiny import tiny_relevance_set
 
-from reranker.config import GistConfig
-from reranker.evaluate import (
+from reranker.core.config import GistConfig
+from reranker.core.model import GistReranker
+from reranker.evaluation.evaluate import (
     METRICS,
     bm25_scores,
     evaluate,
@@ -19,8 +20,7 @@ from reranker.evaluate import (
     paired_differences,
     write_outputs,
 )
-from reranker.model import GistReranker
-from reranker.train import TrainConfig, Trainer
+from reranker.training.trainer import TrainConfig, Trainer
 
 
 def test_bm25_by_hand() -> None:

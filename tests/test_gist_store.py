@@ -10,7 +10,7 @@ import pytest
 import redis
 from services import redis_server
 
-from streaming.gist_store import FEATURE_REPO, FeatureStoreUnavailableError, GistRow, GistStore, WriteResult
+from reranker.store import FEATURE_REPO, FeatureStoreUnavailableError, GistRow, GistStore, WriteResult
 
 BLOB_BYTES = 150_000  # about one SmolLM2 item at k=8 in bf16
 

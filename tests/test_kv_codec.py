@@ -1,6 +1,6 @@
 """K/V blob codec: exact round trips, bounded int8 error, and typed errors for every damaged or foreign blob.
 
-Frames are rebuilt here from the byte layout documented in `reranker.kv_codec` (not via its private
+Frames are rebuilt here from the byte layout documented in `reranker.core.kv_codec` (not via its private
 helpers), so these tests also pin that documentation.
 """
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load, save
 
 from reranker import FingerprintMismatchError, GistConfig, GistKV, GistReranker
-from reranker.kv_codec import (
+from reranker.core.kv_codec import (
     FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,

@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import ITEMS, QUERY, forward_scores
 
-from reranker import GistReranker, layout
+from reranker import GistReranker
+from reranker.core import layout
 
 
 def clearly_differ(a: torch.Tensor, b: torch.Tensor) -> bool:

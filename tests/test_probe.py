@@ -11,8 +11,8 @@ import torch
 from tiny import GIST, tiny_relevance_set, train_config
 
 from reranker import GistReranker
-from reranker.probe import probe_states
-from reranker.train import Trainer
+from reranker.evaluation.probe import probe_states
+from reranker.training.trainer import Trainer
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from test_equivalence import assert_scores_equal
 from tiny import GIST, tiny_relevance_set, train_config
 
 from reranker import GistConfig, GistReranker
-from reranker.train import Trainer
+from reranker.training.trainer import Trainer
 
 TEMPLATE = "\nAsked:\n{query}"  # nothing after the query: every scored token is the query's own
 QL = GistConfig(num_gist=4, score_rule="query_likelihood", query_template=TEMPLATE, dtype="float32")

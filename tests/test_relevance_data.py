@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from reranker.data_synth import generate
-from reranker.relevance_data import (
+from reranker.core.render import render_item
+from reranker.training.data_synth import generate
+from reranker.training.relevance_data import (
     Item,
     Judgment,
     Query,
@@ -17,7 +18,6 @@ from reranker.relevance_data import (
     RelevanceSet,
     load_relevance_file,
 )
-from reranker.render import render_item
 
 PHONE = {"title": "Acme UltraPhone 15 Pro 256GB", "attributes": {"storage": "256GB", "year": 2023}}
 GOOD = {"query_id": "q1", "query": "acme phone 256gb", "item_id": "i1", "label": 2, **PHONE}

@@ -1,4 +1,4 @@
-"""`reranker.serving.bench`: the serving benchmark runs end to end on the tiny model and reports every number.
+"""`reranker.bench.serving`: the serving benchmark runs end to end on the tiny model and reports every number.
 
 It starts a real tritonserver; the numbers themselves are not checked against any bound (a benchmark,
 not a timed test), only that each was measured and is positive.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reranker.serving.bench import PATHS, PROTOCOLS, RATIOS, STAGES, run_serving_bench
+from reranker.bench.serving import PATHS, PROTOCOLS, RATIOS, STAGES, run_serving_bench
 
 pytestmark = pytest.mark.triton
 

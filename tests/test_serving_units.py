@@ -19,11 +19,11 @@ from prometheus_client import REGISTRY
 from rows import catalog_row
 from sqlalchemy.exc import OperationalError
 
-from reranker import kv_codec
-from reranker.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
-from reranker.errors import EmptyInputError
-from reranker.kv import GistKV
-from reranker.render import render_item
+from reranker.core import kv_codec
+from reranker.core.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.core.errors import EmptyInputError
+from reranker.core.kv import GistKV
+from reranker.core.render import render_item
 from reranker.serving.lookup import ByteLRU, FeastWriteBack, KVLookup, WriteBackJob
 from reranker.serving.requests import MAX_QUERY_BYTES, RequestError, RerankRequest, decode_request
 from reranker.serving.runtime import FullParams, GistParams
@@ -43,8 +43,8 @@ from reranker.serving.server import (
 from reranker.serving.service import FullService, GistService
 from reranker.serving.shadow import ShadowSampler, overlap_at_k, top_k
 from reranker.serving.status import Status
+from reranker.store import FeatureStoreUnavailableError, GistRow, WriteResult
 from streaming.catalog import Catalog
-from streaming.gist_store import FeatureStoreUnavailableError, GistRow, WriteResult
 
 QUERY = "256GB phone 2023"
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from reranker import GistReranker
-from reranker.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
-from reranker.data_synth import generate
-from reranker.metrics import ndcg_at_k
+from reranker.core.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.evaluation.ranking_metrics import ndcg_at_k
+from reranker.training.data_synth import generate
 
 pytestmark = pytest.mark.slow
 

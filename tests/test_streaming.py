@@ -33,14 +33,15 @@ from kafka.structs import ConsumerGroupMetadata, MemberState
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
-from reranker import GistConfig, GistReranker, kv_codec
-from reranker.render import content_hash, render_item
+from reranker import GistConfig, GistReranker
+from reranker.core import kv_codec
+from reranker.core.render import content_hash, render_item
+from reranker.store import GistStore
 from streaming.broker import KafkaBroker
 from streaming.catalog import Catalog
 from streaming.cli import main as cli_app
 from streaming.consumer import DeadLetter, GistConsumer, dead_letter_value
 from streaming.events import ChangeEvent, ItemFields, encode_event
-from streaming.gist_store import GistStore
 from streaming.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings, ensure_topics
 from streaming.materialize import compress_rows
 from streaming.publisher import EventPublisher, publish_events

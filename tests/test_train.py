@@ -11,9 +11,9 @@ import torch
 from tiny import GIST, tiny_relevance_set, train_config
 
 from reranker import GistConfig, GistReranker
-from reranker.data_synth import generate
-from reranker.relevance_data import RelevanceSet
-from reranker.train import (
+from reranker.training.data_synth import generate
+from reranker.training.relevance_data import RelevanceSet
+from reranker.training.trainer import (
     TrainConfig,
     Trainer,
     hidden_distill_loss,

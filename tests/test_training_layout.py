@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest import ITEMS, QUERY
 
-from reranker import EmptyInputError, GistConfig, GistReranker, layout
+from reranker import EmptyInputError, GistConfig, GistReranker
+from reranker.core import layout
 
 
 def test_full_item_visibility_is_the_unmasked_forward(

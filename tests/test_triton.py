@@ -29,14 +29,15 @@ from services import RedisServer
 from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
 
-from reranker import GistConfig, GistReranker, kv_codec
-from reranker.kv import GistKV
-from reranker.render import render_item
+from reranker import GistConfig, GistReranker
+from reranker.core import kv_codec
+from reranker.core.kv import GistKV
+from reranker.core.render import render_item
 from reranker.serving.cli import rerank
 from reranker.serving.client import RerankClient, RerankError
 from reranker.serving.server import PROJECT_ROOT, free_port, tritonserver_binary
+from reranker.store import GistStore
 from streaming.catalog import Catalog
-from streaming.gist_store import GistStore
 
 pytestmark = [pytest.mark.triton, pytest.mark.redis]
 

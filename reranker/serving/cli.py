@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from reranker.checkpoints import DEFAULT_CHECKPOINT
+from reranker.core.checkpoints import DEFAULT_CHECKPOINT
 
 Port = Annotated[int, typer.Option(help="0 = pick a free port")]
 

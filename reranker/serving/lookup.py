@@ -32,13 +32,13 @@ from monitoring.serving_metrics import (
     RECOMPUTES,
     WRITEBACKS,
 )
-from reranker import kv_codec
-from reranker.errors import GistRankError
-from reranker.kv import GistKV
-from reranker.render import render_item
+from reranker.core import kv_codec
+from reranker.core.errors import GistRankError
+from reranker.core.kv import GistKV
+from reranker.core.render import render_item
 from reranker.serving.status import Status
 from reranker.serving.worker import BackgroundWorker
-from streaming.gist_store import FeatureStoreUnavailableError, GistRow, GistStore
+from reranker.store import FeatureStoreUnavailableError, GistRow, GistStore
 
 logger = logging.getLogger(__name__)
 

@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from prometheus_client import start_http_server
 
-from reranker.model import GistReranker
+from reranker.core.model import GistReranker
 from reranker.serving.lookup import ByteLRU, FeastWriteBack, KVLookup
 from reranker.serving.requests import ITEM_IDS, QUERY, SCORES, STATUS, RequestError
 from reranker.serving.service import FullService, GistService, RerankResult
 from reranker.serving.shadow import ScoreFull, ShadowSampler
+from reranker.store import FeatureStoreUnavailableError, GistStore
 from streaming.catalog import Catalog
-from streaming.gist_store import FeatureStoreUnavailableError, GistStore
 
 logger = logging.getLogger(__name__)
 

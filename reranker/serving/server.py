@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from reranker.checkpoints import default_shadow
+from reranker.core.checkpoints import default_shadow
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ import torch
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitoring.serving_metrics import CANDIDATE_ERROR_COUNT, REQUEST_CANDIDATES, REQUEST_SECONDS, REQUESTS
-from reranker.errors import GistRankError
-from reranker.kv import GistKV
-from reranker.render import render_item
+from reranker.core.errors import GistRankError
+from reranker.core.kv import GistKV
+from reranker.core.render import render_item
 from reranker.serving.lookup import ItemSource, KVLookup
 from reranker.serving.requests import DEFAULT_MAX_CANDIDATES, RequestError, RerankRequest, decode_request
 from reranker.serving.shadow import ShadowSampler

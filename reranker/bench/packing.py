@@ -18,10 +18,10 @@ import torch
 from rich.console import Console
 from tqdm.auto import tqdm
 
-from reranker.bench import model_meta, publish
-from reranker.config import GistConfig, resolve_dtype
-from reranker.data_synth import generate
-from reranker.model import GistReranker
+from reranker.bench.harness import model_meta, publish
+from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.model import GistReranker
+from reranker.training.data_synth import generate
 
 
 def _seconds(step: Callable[[], None], repeats: int) -> float:

@@ -10,20 +10,20 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from reranker.checkpoints import is_checkpoint
-from reranker.config import GistConfig, resolve_dtype
-from reranker.model import GistReranker
-from reranker.render import render_item
+from reranker.core.checkpoints import is_checkpoint
+from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.model import GistReranker
+from reranker.core.render import render_item
 
 
 def sample_catalog() -> list[dict]:
     """The bundled sample catalog: dicts with item_id, title, attributes, description."""
-    text = files("reranker").joinpath("data/sample_catalog.jsonl").read_text(encoding="utf-8")
+    text = files("reranker.demo").joinpath("data/sample_catalog.jsonl").read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def sample_queries() -> list[str]:
-    text = files("reranker").joinpath("data/sample_queries.txt").read_text(encoding="utf-8")
+    text = files("reranker.demo").joinpath("data/sample_queries.txt").read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 

@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.checkpoints import is_checkpoint, resolve_checkpoint
-from reranker.config import GistConfig, resolve_dtype
-from reranker.demo import sample_queries
-from reranker.model import GistReranker
+from reranker.core.checkpoints import is_checkpoint, resolve_checkpoint
+from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.model import GistReranker
+from reranker.demo.core import sample_queries
 
 UPDATED_ITEM = "phone-acme-15pro-128-blue"
 L1_TTL_S = 10.0  # short for the demo (default 300 s), so the update step need not wait long
@@ -111,10 +111,10 @@ def run_pipeline_demo(
 ) -> None:
     from reranker.serving.client import RerankClient
     from reranker.serving.server import ServerSettings, TritonServer
+    from reranker.store import GistStore
     from streaming.broker import KafkaBroker
     from streaming.catalog import Catalog
     from streaming.consumer import GistConsumer
-    from streaming.gist_store import GistStore
     from streaming.kafka_settings import KafkaSettings, ensure_topics
     from streaming.publisher import publish_catalog, publish_events
 
@@ -156,7 +156,7 @@ def run_pipeline_demo(
         step("3. catalog → change events")
         catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
         catalog = Catalog(catalog_url)
-        with as_file(files("reranker").joinpath("data/sample_catalog.jsonl")) as sample:
+        with as_file(files("reranker.demo").joinpath("data/sample_catalog.jsonl")) as sample:
             loaded = catalog.load_jsonl(sample)
         published = publish_catalog(settings, catalog)
         console.print(f"loaded {loaded} items into {catalog_url}; published {published} events")

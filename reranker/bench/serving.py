@@ -2,7 +2,7 @@
 
 Everything runs on this machine, bound to 127.0.0.1, and is stopped at the end:
 
-* a catalog (SQLite) of synthetic items (`reranker.data_synth`, deterministic for a seed);
+* a catalog (SQLite) of synthetic items (`reranker.training.data_synth`, deterministic for a seed);
 * a fresh Feast SQLite store holding the gist K/V of the *hit* set, materialized by `streaming.materialize`
   with the same checkpoint the server loads (one fingerprint);
 * `tritonserver` (gist_reranker + full_reranker, shadow off) on free ports.
@@ -53,11 +53,11 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.checkpoints import is_checkpoint, resolve_checkpoint
-from reranker.config import GistConfig, resolve_dtype
-from reranker.demo import sample_queries
-from reranker.errors import GistRankError
-from reranker.model import GistReranker
+from reranker.core.checkpoints import is_checkpoint, resolve_checkpoint
+from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.errors import GistRankError
+from reranker.core.model import GistReranker
+from reranker.demo.core import sample_queries
 
 PATHS = ("hit", "feast", "recompute")
 PROTOCOLS = ("http", "grpc")
@@ -192,7 +192,7 @@ def _run_load(
 # ------------------------------------------------------------------------------------------- the data
 def _synthetic_items(seed: int, count: int, item_tokens: tuple[int, int]) -> list[dict[str, Any]]:
     """`count` distinct synthetic catalog items (title, attributes, description), deterministic."""
-    from reranker.data_synth import generate
+    from reranker.training.data_synth import generate
 
     products = -(-count // (1 + SIBLINGS))
     rs = generate(seed, products, 0, siblings_per_product=SIBLINGS, length_tokens=item_tokens)
@@ -399,11 +399,11 @@ def run_serving_bench(
     `workdir`: catalog, Feast store, checkpoint and Triton run directory; default a temporary directory
     (removed at the end); an existing one is reused, its earlier benchmark files replaced.
     """
-    from reranker import kv_codec
+    from reranker.core import kv_codec
     from reranker.serving.client import RerankClient
     from reranker.serving.server import GIST_MODEL, ServerSettings, TritonServer
+    from reranker.store import GistRow, GistStore
     from streaming.catalog import Catalog
-    from streaming.gist_store import GistRow, GistStore
     from streaming.materialize import materialize
 
     if candidates < 1 or requests < 1 or feast_requests < 1 or recompute_requests < 1 or concurrency < 1:

@@ -60,8 +60,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
-from reranker.errors import FingerprintMismatchError, GistRankError
-from reranker.kv import GistKV
+from reranker.core.errors import FingerprintMismatchError, GistRankError
+from reranker.core.kv import GistKV
 
 MAGIC = b"GRKV"
 FORMAT_VERSION = 2  # 2: prefix_tokens (hybrid keep_item_prefix)

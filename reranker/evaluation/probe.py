@@ -44,11 +44,11 @@ import torch
 from rich.console import Console
 from tqdm.auto import tqdm
 
-from reranker.bench import print_table, publish
-from reranker.config import GistConfig
-from reranker.model import GistReranker
-from reranker.relevance_data import RelevanceSet
-from reranker.train import hidden_distill_loss
+from reranker.bench.harness import print_table, publish
+from reranker.core.config import GistConfig
+from reranker.core.model import GistReranker
+from reranker.training.relevance_data import RelevanceSet
+from reranker.training.trainer import hidden_distill_loss
 
 # per layer: the gists' attention to item token 0 (BOS) and to the rest of the item, how many item
 # tokens they effectively read, the student's query's attention to its gists and raw prefix, and the

@@ -1,6 +1,6 @@
 """Relevance sets: items, queries and graded judgments, for training and for the evaluation protocol.
 
-One in-memory form (`RelevanceSet`) serves the synthetic generator (`reranker.data_synth`) and real
+One in-memory form (`RelevanceSet`) serves the synthetic generator (`reranker.training.data_synth`) and real
 data that users bring (WANDS, ESCI, click logs). Labels are graded 0 (irrelevant), 1 (partial,
 a near miss or substitute) and 2 (exact), the WANDS convention; map ESCI's E/S/C/I onto it before
 loading. Item text always comes from `render_item`, the one renderer, so items reach the model in the
@@ -31,8 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-from reranker.errors import GistRankError
-from reranker.render import content_hash, render_item
+from reranker.core.errors import GistRankError
+from reranker.core.render import content_hash, render_item
 
 Split = Literal["train", "dev", "test"]
 SPLITS: tuple[Split, ...] = ("train", "dev", "test")

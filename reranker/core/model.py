@@ -40,17 +40,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from monitoring.metrics import ITEMS_TRUNCATED
-from reranker import layout
-from reranker.base_models import DEFAULT_BASE, resolve_base
-from reranker.checkpoints import CHECKPOINT_FILE, resolve_checkpoint
-from reranker.config import AE_PROMPT, GistConfig
-from reranker.errors import (
+from reranker.core import layout
+from reranker.core.base_models import DEFAULT_BASE, resolve_base
+from reranker.core.checkpoints import CHECKPOINT_FILE, resolve_checkpoint
+from reranker.core.config import AE_PROMPT, GistConfig
+from reranker.core.errors import (
     EmptyInputError,
     FingerprintMismatchError,
     KVFormatError,
     QueryTooLongError,
 )
-from reranker.kv import GistKV
+from reranker.core.kv import GistKV
 
 GIST_WEIGHTS_FILE = "gist.safetensors"
 ADAPTER_DIR = "adapter"

@@ -44,7 +44,7 @@ import yaml
 if TYPE_CHECKING:
     from feast import FeatureStore, RepoConfig
 
-    from reranker.kv import GistKV
+    from reranker.core.kv import GistKV
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FEATURE_REPO = REPO_ROOT / "feature_repo"
@@ -73,7 +73,7 @@ class FeatureStoreUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class GistRow:
-    """One item's stored gist K/V: `kv` is `reranker.kv_codec.encode` output, stored byte for byte."""
+    """One item's stored gist K/V: `kv` is `reranker.core.kv_codec.encode` output, stored byte for byte."""
 
     item_id: str
     kv: bytes
@@ -98,7 +98,7 @@ class GistRow:
     ) -> GistRow:
         """The row for compressed `kv`: the one place (consumer, backfill, serving write-back) where K/V
         becomes stored bytes, so the columns always describe the blob."""
-        from reranker import kv_codec  # torch, only for callers that hold K/V anyway
+        from reranker.core import kv_codec  # torch, only for callers that hold K/V anyway
 
         return cls(
             item_id=item_id,

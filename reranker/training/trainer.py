@@ -40,11 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from reranker.base_models import DEFAULT_BASE
-from reranker.config import GistConfig
-from reranker.metrics import accuracy_at_1
-from reranker.model import GistReranker
-from reranker.relevance_data import Query, RelevanceSet
+from reranker.core.base_models import DEFAULT_BASE
+from reranker.core.config import GistConfig
+from reranker.core.model import GistReranker
+from reranker.evaluation.ranking_metrics import accuracy_at_1
+from reranker.training.relevance_data import Query, RelevanceSet
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"

@@ -7,18 +7,15 @@ K/V is compressed beforehand (offline work, not timed here).
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.table import Table
 from tqdm.auto import tqdm
 
-from reranker.config import GistConfig, resolve_dtype
-from reranker.model import GistReranker
+from reranker.bench.harness import model_meta, publish, rate
+from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.model import GistReranker
 
 DISTINCT_ITEMS = 10
 FILLER = (
@@ -59,46 +56,6 @@ def _query_of_tokens(model: GistReranker, n_online: int) -> str:
     return query
 
 
-def _rate(fn, n: int, repeats: int, warmup: bool = True) -> float:
-    """Candidates per second of fn() over `repeats` timed runs (after one untimed run if `warmup`)."""
-    if warmup:
-        fn()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return n * repeats / (time.perf_counter() - start)
-
-
-def model_meta(base: str, model: GistReranker, dtype: str) -> dict:
-    """What a benchmark's numbers depend on: base, device, CPU threads, dtype."""
-    return {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}
-
-
-def print_table(console: Console, title: str, columns: Sequence[str], cells: list[list[str]]) -> None:
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col, justify="right")
-    for row in cells:
-        table.add_row(*row)
-    console.print(table)
-
-
-def publish(
-    console: Console,
-    title: str,
-    columns: Sequence[str],
-    cells: list[list[str]],
-    meta: dict,
-    rows: list[dict],
-    out: Path,
-) -> None:
-    """Print the measured rows side by side (right-aligned table) and write {meta, rows} JSON to `out`."""
-    print_table(console, title, columns, cells)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    console.print(f"wrote {out}")
-
-
 def run_score_bench(
     base: str,
     candidates: int,
@@ -124,9 +81,9 @@ def run_score_bench(
         compressed = model.compress(distinct, progress=True)
         kvs = [compressed[i % len(distinct)] for i in range(candidates)]
         mean_j = sum(kv.item_tokens for kv in kvs) / len(kvs)
-        gist_rate = _rate(lambda kvs=kvs: model.score(query, kvs), candidates, repeats)
+        gist_rate = rate(lambda kvs=kvs: model.score(query, kvs), candidates, repeats)
         with torch.inference_mode():
-            full_rate = _rate(lambda items=items: model.score_full(query, items), candidates, 1, warmup=False)
+            full_rate = rate(lambda items=items: model.score_full(query, items), candidates, 1, warmup=False)
         ideal = (mean_j + ell) / ell
         rows.append(
             {

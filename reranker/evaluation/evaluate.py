@@ -33,16 +33,16 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from reranker.config import GistConfig
-from reranker.metrics import (
+from reranker.core.config import GistConfig
+from reranker.core.model import GistReranker
+from reranker.evaluation.ranking_metrics import (
     accuracy_at_1,
     bootstrap_ci,
     length_quartiles,
     ndcg_at_k,
     recall_at_k_vs_reference,
 )
-from reranker.model import GistReranker
-from reranker.relevance_data import RelevanceSet
+from reranker.training.relevance_data import RelevanceSet
 
 RECALL_KS = (1, 5, 10)
 METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@10", "acc@1")
