@@ -5,9 +5,9 @@
 # commands run unchanged and much faster. Resume an interrupted stage with `gistrank train --out DIR --resume`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=runs/quality  # reports/quality/student.json names the teacher under it
+RUNS=runs/quality  # configs/student.json names the teacher under it
 DATA=(--products 60 --max-item-tokens 256 --seed 0)
-CFG=reports/quality
+CFG=configs
 GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
 
 "$GISTRANK" train --out "$RUNS/teacher" --role teacher "${DATA[@]}" --config "$CFG/teacher.json"

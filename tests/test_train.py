@@ -315,9 +315,7 @@ def test_hidden_distillation_needs_one_query_per_row() -> None:
         TrainConfig(gist=GIST, hidden_distill=1.0, pack_queries=True)
 
 
-RECIPES = sorted(
-    p for p in Path(__file__).parents[1].glob("reports/quality/*.json") if p.name != "bench_packing.json"
-)
+RECIPES = sorted(Path(__file__).parents[1].glob("configs/**/*.json"))
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
