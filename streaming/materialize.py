@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from tqdm.auto import tqdm
 
+from monitoring.metrics import ITEMS_TRUNCATED
 from reranker.core.render import content_hash, render_item
 from reranker.store import GistRow, GistStore
 from streaming.catalog import BATCH, Catalog, Item
@@ -65,6 +66,7 @@ def compress_rows(
     """
     texts = [render_item(f.title, f.attributes, f.description) for _, f, _ in items]
     kvs = model.compress(texts, batch_size=batch_size)
+    ITEMS_TRUNCATED.inc(sum(kv.truncated for kv in kvs))
     rows = []
     for (item_id, fields, version), kv in zip(items, kvs, strict=True):
         digest = content_hash(fields.title, fields.attributes, fields.description)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ITEMS, QUERY, forward_scores
+from helpers import ITEMS, QUERY, forward_scores
 
 from reranker import EmptyInputError, GistConfig, GistReranker
 from reranker.core import layout
@@ -77,8 +76,8 @@ def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> No
     kvs = tiny_model.compress_prefix(items)
     assert all(kv.item_tokens == 0 and kv.num_gist == k for kv in kvs)
     item_ids, _ = tiny_model.item_ids(items)
-    q = tiny_model._query_tail(QUERY)
-    rows = [torch.cat([tiny_model._embed(ids[:k]), q.embeds]) for ids in item_ids]
+    q = tiny_model.query_tail(QUERY)
+    rows = [torch.cat([tiny_model.embed(ids[:k]), q.embeds]) for ids in item_ids]
     reference = forward_scores(tiny_model, rows, None, q)
     assert_scores_equal(tiny_model.score(QUERY, kvs), reference)
 
@@ -159,49 +158,10 @@ def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
     kvs = model.compress_prefix(items)
     assert all(kv.prefix_tokens == 6 and kv.item_tokens == 6 and kv.num_gist == 4 for kv in kvs)
     item_ids, _ = model.item_ids(items)
-    q = model._query_tail(QUERY)
-    rows = [torch.cat([model._embed(ids[:10]), q.embeds]) for ids in item_ids]
+    q = model.query_tail(QUERY)
+    rows = [torch.cat([model.embed(ids[:10]), q.embeds]) for ids in item_ids]
     reference = forward_scores(model, rows, None, q)
     assert_scores_equal(model.score(QUERY, kvs), reference)
-
-
-# ---------------------------------------------------------- read bias: query → gist logits raised by b
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-@pytest.mark.parametrize("t", [0, 5])
-def test_read_bias_online_score_equals_masked_forward(tiny_bases: dict[str, Path], arch: str, t: int) -> None:
-    gist = GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32")
-    plain = GistReranker.from_pretrained(tiny_bases[arch], gist, device="cpu")
-    model = plain.with_gist_config(gist.model_copy(update={"gist_read_bias": 2.0}))
-    kvs = model.compress(ITEMS, batch_size=3)
-    assert_scores_equal(model.score(QUERY, kvs), model.score_masked(QUERY, ITEMS))
-    # the stored K/V is the same (the bias acts on the query's reads only); the scores are not
-    for a, b in zip(kvs, plain.compress(ITEMS, batch_size=3), strict=True):
-        torch.testing.assert_close(a.kv, b.kv)
-    assert not torch.allclose(model.score_masked(QUERY, ITEMS), plain.score_masked(QUERY, ITEMS), rtol=1e-3)
-
-
-def test_read_bias_raises_the_querys_attention_to_its_gists(tiny_base: Path) -> None:
-    """Layer 1 sees the same inputs with and without the bias, so every query row gives its gists more
-    of its attention; the item stays hidden in every layer."""
-    gist = GistConfig(num_gist=4, dtype="float32")
-    plain = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
-    biased = plain.with_gist_config(gist.model_copy(update={"gist_read_bias": math.log(4.0)}))
-    (a, ids, tail), (b, _, _) = plain.attention(QUERY, ITEMS, False), biased.attention(QUERY, ITEMS, False)
-    for c, item in enumerate(ids):
-        j = len(item)
-        rows, gists = slice(j + 4, j + 4 + tail), slice(j, j + 4)
-        assert (b[c, 0, rows, gists].sum(-1) > a[c, 0, rows, gists].sum(-1)).all()
-        assert b[c, :, rows, 1:j].abs().sum() == 0.0  # the item stays hidden
-
-
-def test_read_block_is_the_after_gist_rows_on_the_gist_columns() -> None:
-    reads = layout.read_block(torch.tensor([3, 5]), 2, 9)
-    for row, j in enumerate((3, 5)):
-        expected = torch.zeros(9, 9, dtype=torch.bool)
-        expected[j + 2 :, j : j + 2] = True
-        assert torch.equal(reads[row], expected)
-    online = layout.online_read_block(2, 3, 2, 4, torch.device("cpu"))
-    assert online.shape == (2, 4, 3 + 2 + 4) and online[:, :, 3:5].all() and online.sum() == 2 * 4 * 2
 
 
 def test_keep_item_prefix_must_leave_room_for_the_item() -> None:

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ITEMS, QUERY
+from helpers import ITEMS, QUERY
 from tiny import build_tiny_base
 
 from reranker import FingerprintMismatchError, GistConfig, GistReranker
+from reranker.core.config import template_for
 
 FP32 = GistConfig(num_gist=4, dtype="float32")
 
@@ -65,10 +66,12 @@ def test_fingerprint_changes_with_gist_config(tiny_base: Path) -> None:
         tiny_base, FP32.model_copy(update={"max_query_tokens": 32}), device="cpu"
     )
     assert a.fingerprint != b.fingerprint
-    biased = GistReranker.from_pretrained(
-        tiny_base, FP32.model_copy(update={"gist_read_bias": 1.0}), device="cpu"
+    likelihood = GistReranker.from_pretrained(
+        tiny_base,
+        FP32.model_copy(update=template_for("query_likelihood") | {"score_rule": "query_likelihood"}),
+        device="cpu",
     )
-    assert biased.fingerprint not in (a.fingerprint, b.fingerprint)
+    assert likelihood.fingerprint not in (a.fingerprint, b.fingerprint)
 
 
 def test_foreign_kv_is_refused(checkpoint: Path, tiny_base: Path) -> None:

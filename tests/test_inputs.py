@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ITEMS, QUERY
+from helpers import ITEMS, QUERY
 
 from monitoring.metrics import ITEMS_TRUNCATED
 from reranker import EmptyInputError, GistConfig, GistReranker, KVFormatError, QueryTooLongError
+from streaming.events import ItemFields
+from streaming.materialize import compress_rows
 
 
 @pytest.mark.parametrize("dtype,bytes_per_elem", [("float32", 4), ("bfloat16", 2), ("float16", 2)])
@@ -51,13 +53,20 @@ def test_query_over_limit_is_rejected(tiny_model: GistReranker) -> None:
 
 
 def test_item_over_limit_is_truncated_and_counted(tiny_base: Path) -> None:
+    """The core flags truncation on the GistKV; the pipeline that compresses counts it."""
     model = GistReranker.from_pretrained(
         tiny_base, GistConfig(num_gist=4, max_item_tokens=16, dtype="float32"), device="cpu"
     )
-    before = ITEMS_TRUNCATED._value.get()
     kvs = model.compress(["a short one", ITEMS[2]])
     assert [kv.truncated for kv in kvs] == [False, True]
     assert kvs[1].item_tokens == 16
+    before = ITEMS_TRUNCATED._value.get()
+    items = [
+        ("a", ItemFields(title="short", attributes={}, description=""), 1),
+        ("b", ItemFields(title="kettle", attributes={}, description=ITEMS[2]), 1),
+    ]
+    rows = compress_rows(model, items)
+    assert [r.item_id for r in rows] == ["a", "b"]
     assert ITEMS_TRUNCATED._value.get() == before + 1
 
 

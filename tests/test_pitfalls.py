@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ITEMS, QUERY, forward_scores
+from helpers import ITEMS, QUERY, forward_scores
 
 from reranker import GistReranker
 from reranker.core import layout
@@ -47,7 +47,7 @@ def test_renumbered_query_positions_break_equivalence(
 def test_zero_filled_item_placeholders_break_equivalence(tiny_model: GistReranker) -> None:
     """Zeros in place of the item 'because they are masked': the gists then summarise nothing."""
     reference = tiny_model.score_masked(QUERY, ITEMS)
-    q = tiny_model._query_tail(QUERY)
+    q = tiny_model.query_tail(QUERY)
     item_ids, _ = tiny_model.item_ids(ITEMS)
     gists = tiny_model.gist_embeddings
     rows = [torch.cat([torch.zeros(len(ids), gists.shape[1]), gists, q.embeds]) for ids in item_ids]

@@ -11,7 +11,8 @@ import torch
 from tiny import GIST, tiny_relevance_set, train_config
 
 from reranker import GistReranker
-from reranker.evaluation.probe import probe_states
+from reranker.evaluation import probe
+from reranker.evaluation.probe import attention, probe_states, query_states, state_gap
 from reranker.training.trainer import Trainer
 
 
@@ -24,18 +25,18 @@ def test_probe_scores_a_perfect_and_an_item_blind_student(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tiny_relevance_set()
-    real = GistReranker.query_states
+    real = probe.query_states
     # teacher and student are the same checkpoint; the student's read of its stored positions is
     # replaced by a known answer: the whole item (perfect), or every candidate's mean (item-blind)
     student_view = {"perfect": lambda states: states, "blind": lambda s: s.mean(0, keepdim=True).expand_as(s)}
     rows = {}
     for name, view in student_view.items():
 
-        def states(self, query, items, full, item_visibility=0.0, view=view):
-            scores, tail = real(self, query, items, True)
-            return scores, tail if full else view(tail)
+        def states(model, query, items, full, view=view):
+            tail = real(model, query, items, True)
+            return tail if full else view(tail)
 
-        monkeypatch.setattr(GistReranker, "query_states", states)
+        monkeypatch.setattr(probe, "query_states", states)
         out = tmp_path / f"{name}.json"
         rows[name] = probe_states(data, checkpoint, checkpoint, out, queries=2, candidates=3, device="cpu")
         assert json.loads(out.read_text())["rows"] == rows[name]
@@ -114,8 +115,8 @@ def test_attention_weights_obey_each_layout(tiny_base: Path) -> None:
     before = model.lm.config._attn_implementation
     items = [i.text for i in list(tiny_relevance_set().items.values())[:3]]
     k, t = model.gist.num_gist, model.gist.keep_item_prefix
-    masked, ids, tail = model.attention("256GB phone", items, full=False)
-    full, full_ids, full_tail = model.attention("256GB phone", items, full=True)
+    masked, ids, tail = attention(model, "256GB phone", items, full=False)
+    full, full_ids, full_tail = attention(model, "256GB phone", items, full=True)
     assert model.lm.config._attn_implementation == before
     assert ids == full_ids and tail == full_tail == len(model.query_ids("256GB phone")) + 1
     layers = model.lm.config.num_hidden_layers
@@ -158,3 +159,37 @@ def test_probe_reads_a_likelihood_student_with_the_teachers_body_on_its_query(
         tiny_relevance_set(), checkpoint, student, tmp_path / "p.json", queries=2, device="cpu"
     )
     assert all(0.0 < r["share"] < 1.0 and r["centered"] > 0.0 for r in rows)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_query_states_are_the_scored_forward(checkpoint: Path, full: bool) -> None:
+    """The tail states the probe compares are the query's own: their last layer at the score token,
+    through the final norm and the head, is exactly the score."""
+    model = GistReranker.from_pretrained(checkpoint, device="cpu")
+    items = [i.text for i in list(tiny_relevance_set().items.values())[:4]]
+    states = query_states(model, "256GB phone", items, full)
+    reference = model.score_full("256GB phone", items) if full else model.score_masked("256GB phone", items)
+    ell = len(model.query_ids("256GB phone")) + 1
+    assert states.shape == (len(items), model.num_layers, ell, model.lm.config.hidden_size)
+    rescored = model.head(model.decoder().norm(states[:, -1, -1])).squeeze(-1)
+    torch.testing.assert_close(rescored, reference, rtol=1e-5, atol=1e-6)
+    # the query's states depend on the item (through the gists or directly)
+    assert not torch.allclose(states[0, -1], states[1, -1], rtol=1e-3)
+
+
+def test_state_gap_is_a_bounded_direction_distance() -> None:
+    teacher = torch.randn(3, 2, 4, 8)
+    assert float(state_gap(teacher, teacher)) == pytest.approx(0.0, abs=1e-6)
+    assert float(state_gap(-teacher, teacher)) == pytest.approx(2.0)
+    huge = teacher.clone()
+    huge[0, 0, 0] *= -1e4  # one outlier token costs at most its share, not the whole gap
+    assert float(state_gap(huge, teacher)) == pytest.approx(2.0 / (3 * 2 * 4))
+
+
+def test_centered_state_gap_counts_only_item_specific_differences() -> None:
+    teacher = torch.randn(4, 2, 3, 8)  # 4 candidates
+    shared = torch.randn(2, 3, 8) * 100  # e.g. a sink: the same for every candidate
+    assert float(state_gap(teacher + shared, teacher, centered=True)) == pytest.approx(0.0, abs=1e-6)
+    ignores_item = teacher.mean(0, keepdim=True).expand_as(teacher)
+    assert float(state_gap(ignores_item, teacher, centered=True)) == pytest.approx(1.0)
+    assert float(state_gap(teacher + shared, teacher)) > 0.1  # the plain gap does see it

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ITEMS, QUERY
+from helpers import ITEMS, QUERY
 from test_equivalence import assert_scores_equal
 from tiny import GIST, tiny_relevance_set, train_config
 
 from reranker import GistConfig, GistReranker
+from reranker.training.forwards import score_packed
 from reranker.training.trainer import Trainer
 
 TEMPLATE = "\nAsked:\n{query}"  # nothing after the query: every scored token is the query's own
@@ -60,7 +61,7 @@ def test_online_sequence_holds_only_the_query(tiny_base: Path) -> None:
 def test_packed_rows_score_each_query_as_alone(tiny_base: Path) -> None:
     model = ql_model(tiny_base)
     queries = [QUERY, "kettle 1.7 L", "black headphones"]
-    packed = model.score_packed(ITEMS, [queries] * len(ITEMS))
+    packed = score_packed(model, ITEMS, [queries] * len(ITEMS))
     for i, query in enumerate(queries):
         alone = model.score_masked(query, ITEMS)
         assert_scores_equal(torch.stack([scores[i] for scores in packed]), alone)
@@ -96,12 +97,3 @@ def test_student_trains_saves_and_serves_the_rule(tiny_base: Path, tmp_path: Pat
     loaded = GistReranker.from_pretrained(tmp_path / "checkpoint", device="cpu")
     assert loaded.gist.score_rule == "query_likelihood"
     assert_scores_equal(loaded.score(QUERY, loaded.compress(ITEMS)), trainer.model.score_masked(QUERY, ITEMS))
-
-
-def test_hidden_distillation_needs_the_teachers_query_rows(tiny_base: Path, tmp_path: Path) -> None:
-    """Hidden-state distillation compares query rows position by position: a likelihood student (its
-    own template, no score token) cannot be paired with a head-rule teacher's rows."""
-    teacher = GistReranker.from_pretrained(tiny_base, GIST, device="cpu").save_pretrained(tmp_path / "t")
-    cfg = train_config(tiny_base, gist=QL_TINY, teacher=str(teacher), hidden_distill=1.0)
-    with pytest.raises(ValueError, match="one score rule and query template"):
-        Trainer(cfg, tiny_relevance_set(), tmp_path / "s", device="cpu")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,13 +50,6 @@ class GistConfig(BaseModel):
     keep_item_prefix: int = Field(
         0, ge=0, description="t: first item tokens kept as raw K/V beside the gists (0 = pure gisting)"
     )
-    gist_read_bias: float = Field(
-        0.0,
-        ge=0.0,
-        le=20.0,
-        description="b: added to the query's attention logits on every gist (each gist weighs e^b times), "
-        "in training and online alike; 0 = plain gisting (layout.with_read_bias)",
-    )
     score_rule: ScoreRule = Field(
         "head",
         description="how the query's outputs become a relevance score: 'head' = a linear head on the "
@@ -64,7 +57,11 @@ class GistConfig(BaseModel):
         "over the tokens from {query} on (GistReranker.tail_scores)",
     )
     max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
-    dtype: DType = Field("float32", description="compute and K/V storage dtype (see preferred_dtype)")
+    dtype: DType = Field(
+        "float32",
+        description="storage dtype: of the stored K/V and of the weights' fingerprint; the compute dtype "
+        "is chosen per machine at load (compute_dtype_for)",
+    )
     query_template: str = Field(
         "\nQuery: {query}\nRelevant:",
         description="how the query is written after the gists; must contain {query}",
@@ -92,22 +89,42 @@ class GistConfig(BaseModel):
         return getattr(torch, self.dtype)
 
 
+def native_bf16(device: torch.device | str = "cpu") -> bool:
+    """Whether `device` computes bf16 natively: CUDA, or a CPU with avx512_bf16/AMX that PyTorch's
+    kernels use (its CPU capability, which ATEN_CPU_CAPABILITY=avx2 lowers, is AVX512 or above)."""
+    if torch.device(device).type == "cuda":
+        return True
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = cpuinfo.read_text() if cpuinfo.exists() else ""
+    has_flag = "avx512_bf16" in flags or "amx_bf16" in flags
+    return has_flag and torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
 def preferred_dtype() -> DType:
     """bfloat16 where it is fast (CUDA, or a CPU with native bf16 dot products), else float32.
 
-    Without avx512_bf16/AMX, PyTorch emulates bf16 matmuls on CPU: measured 6–12× slower than fp32 on
-    this project's AVX2-only machines, so "auto" must not assume bf16 helps.
+    Without avx512_bf16/AMX, PyTorch emulates bf16 matmuls on CPU: measured 6–30× slower than fp32 on
+    AVX2-only machines, so "auto" must not assume bf16 helps.
     """
-    if torch.cuda.is_available():
-        return "bfloat16"
-    cpuinfo = Path("/proc/cpuinfo")
-    flags = cpuinfo.read_text() if cpuinfo.exists() else ""
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+    return "bfloat16" if native_bf16("cuda" if torch.cuda.is_available() else "cpu") else "float32"
 
 
 def resolve_dtype(dtype: str) -> DType:
     """`auto` → `preferred_dtype()`; anything else is validated by GistConfig."""
     return preferred_dtype() if dtype == "auto" else dtype  # type: ignore[return-value]
+
+
+def compute_dtype_for(storage: DType, requested: str = "auto", device: torch.device | str = "cpu") -> DType:
+    """The dtype a model whose K/V is stored as `storage` computes in on `device`. `auto` keeps the
+    storage dtype where the device computes it natively and widens to float32 where it would be
+    emulated (a bf16 checkpoint on an AVX2-only CPU; fp16 on any CPU); it never narrows."""
+    if requested != "auto":
+        if requested not in get_args(DType):
+            raise ValueError(f"compute dtype {requested!r} is not 'auto' or one of {get_args(DType)}")
+        return requested  # type: ignore[return-value]
+    if storage == "float32" or torch.device(device).type == "cuda":
+        return storage
+    return storage if storage == "bfloat16" and native_bf16(device) else "float32"
 
 
 def template_for(score_rule: str) -> dict[str, str]:

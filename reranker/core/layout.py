@@ -6,8 +6,7 @@ Four sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl
         positions  0 … j-1 | j … j+k-1 | j+k … j+k+ℓ-1 | pad
         tokens     item    | gists     | query + score | pad
         mask       causal, minus the block (after-gist rows × item columns t … j-1): the query and the
-                   score token see the item ONLY through the gists and its first t tokens; plus the
-                   read bias b on after-gist rows × gist columns (`with_read_bias`; b = 0 by default)
+                   score token see the item ONLY through the gists and its first t tokens
 
     compression (`compress`), left-padded so every row's gists are its last k slots:
         positions  pad | 0 … j-1 | j … j+k-1
@@ -17,8 +16,7 @@ Four sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl
         cache      p prefix + k gist columns per row (keys rotated at 0 … p-1 and j … j+k-1 when
                    compressed); rows with p < P (the batch's longest prefix) get masked pad columns
         positions  j+k … j+k+ℓ-1 — a per-row offset, so every query→gist distance equals training's
-        mask       every real cached column visible, causal over the query; read bias b on the gist
-                   columns, exactly as in training
+        mask       every real cached column visible, causal over the query
 
     packed training (`score_packed`): item + gists + query 1 + query 2 + …, every query block at
         positions j+k …, seeing the item (prefix) and gists but never another block (`packed`)
@@ -58,37 +56,6 @@ def cut_block(item_lens: torch.Tensor, num_gist: int, total: int, keep: int = 0)
     return after_gists & item_cols
 
 
-def read_block(item_lens: torch.Tensor, num_gist: int, total: int) -> torch.Tensor:
-    """Rows after the gists × the gist columns j … j+k-1 → bool `(N, total, total)`: where the query
-    (and in the packed layout every query block) reads the gists. The entries `with_read_bias` raises."""
-    pos = torch.arange(total, device=item_lens.device)
-    after_gists = pos[None, :, None] >= (item_lens + num_gist)[:, None, None]  # (N, S, 1) rows
-    gist_cols = (pos[None, None, :] >= item_lens[:, None, None]) & (
-        pos[None, None, :] < (item_lens + num_gist)[:, None, None]
-    )  # (N, 1, S) columns
-    return after_gists & gist_cols
-
-
-def online_read_block(
-    n: int, prefix_slots: int, num_gist: int, query_len: int, device: torch.device
-) -> torch.Tensor:
-    """`read_block` of the online layout (`online_mask`'s columns) → bool `(N, ℓ, P + k + ℓ)`."""
-    reads = torch.zeros(n, query_len, prefix_slots + num_gist + query_len, dtype=torch.bool, device=device)
-    reads[:, :, prefix_slots : prefix_slots + num_gist] = True
-    return reads
-
-
-def with_read_bias(mask: torch.Tensor, reads: torch.Tensor, bias: float) -> torch.Tensor:
-    """Read bias: add `bias` to the attention logits where the query reads a gist, so each gist weighs
-    as if it were there e^bias times. An untrained query gives its gists a few percent of its attention
-    (reports/quality.md, "Where attention goes"); this starts it reading them. Every layout that scores
-    applies it to the same query → gist entries, so training and online stay equal.
-    mask: additive `(N, 1, S_q, S_k)`; reads: bool `(N, S_q, S_k)` (`read_block`, `online_read_block`)."""
-    if bias == 0.0:
-        return mask
-    return torch.where(reads.unsqueeze(1), mask + bias, mask)
-
-
 def training_mask(
     item_lens: torch.Tensor, num_gist: int, seq_lens: torch.Tensor, total: int, keep: int = 0
 ) -> torch.Tensor:
@@ -104,7 +71,7 @@ def training_mask(
 
 def packed(
     item_lens: Sequence[int], num_gist: int, query_lens: Sequence[Sequence[int]], total: int, keep: int | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Several queries per item sequence (training throughput: the long item runs once, not per query).
 
     Row r: item (j) | gists (k) | query 1 | query 2 | … | pad. Every query block is numbered from j + k,
@@ -112,13 +79,11 @@ def packed(
     (causally) — never another query and never the rest of the item. `keep=None` is the full-context
     teacher (k = 0): each block sees the whole item.
 
-    Returns position_ids `(N, total)`, allowed `(N, total, total)` and the cut block `(N, total, total)`
-    (query rows × hidden item columns, for the mask curriculum), all on the CPU.
+    Returns position_ids `(N, total)` and allowed `(N, total, total)`, both on the CPU.
     """
     n = len(item_lens)
     positions = torch.zeros(n, total, dtype=torch.long)
     allowed = torch.eye(total, dtype=torch.bool).repeat(n, 1, 1)
-    cut = torch.zeros(n, total, total, dtype=torch.bool)
     for r, (j, lens) in enumerate(zip(item_lens, query_lens, strict=True)):
         head = j + num_gist
         positions[r, :head] = torch.arange(head)
@@ -133,22 +98,8 @@ def packed(
             positions[r, block] = torch.arange(head, head + q)
             allowed[r, block, :] = visible
             allowed[r, block, block] = _causal(q, torch.device("cpu"))
-            cut[r, block, :head] = ~visible[:head]
             start += q
-    return positions, allowed, cut
-
-
-def with_item_visibility(mask: torch.Tensor, leak: torch.Tensor, visibility: float) -> torch.Tensor:
-    """Mask curriculum: let the cut block through with weight `visibility` ∈ (0, 1].
-
-    Adding log(v) to a score multiplies its unnormalised attention weight by v, so v = 1 is the plain
-    causal forward (the query reads the item) and v → 0 anneals to the exact gist mask.
-    mask: additive `(N, 1, S, S)`; leak: bool `(N, S, S)` — the cut block restricted to real keys.
-    """
-    if not 0.0 < visibility <= 1.0:
-        raise ValueError(f"item visibility must be in (0, 1], got {visibility}")
-    bias = torch.tensor(visibility, dtype=mask.dtype, device=mask.device).log()
-    return torch.where(leak.unsqueeze(1), bias, mask)
+    return positions, allowed
 
 
 def full_mask(seq_lens: torch.Tensor, total: int) -> torch.Tensor:

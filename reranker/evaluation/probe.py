@@ -9,7 +9,7 @@ means over queries of each query's C candidates:
   (x̃ = x minus its mean over the query's candidates), and the same for the student. Small for both:
   most of a query's state is the query itself. A student share far below the teacher's: its query
   hardly depends on the item, whatever its body.
-* gap (1 − cos) and centered gap (‖s̃ − t̃‖² / ‖t̃‖²): `train.hidden_distill_loss`, plain and centered.
+* gap (1 − cos) and centered gap (‖s̃ − t̃‖² / ‖t̃‖²): `state_gap`, plain and centered.
   The centered gap is 1.0 for a student whose query ignores its item, 0 when it has every item's
   effect. Only meaningful for a student warm-started from this teacher (the same body, so the same
   state space): a student trained from the base uses its item in its own way, and gaps above 1 say
@@ -28,7 +28,7 @@ means over queries of each query's C candidates:
   a token's occurrences, mean over items): a handful of tokens every item shares (a lone space, the
   first token) is attention-sink behaviour, and gists that write those write nothing item-specific.
 * autoencoding, own vs another item (one number per run, not per layer): nats/token of regenerating
-  each probed item's title and attributes from its own gists (`GistReranker.autoencode_loss`) and from
+  each probed item's title and attributes from its own gists (`training.forwards.autoencode_loss`) and from
   the gists of an item of another query. Equal: the gists tell the decoder nothing about their item.
   And per query, own gists vs the gists of the next candidate of the same query — a one-field variant
   (256GB vs 128GB, 2023 vs 2021): what ranking needs. Only the few differing tokens can cost here,
@@ -47,8 +47,8 @@ from tqdm.auto import tqdm
 from reranker.bench.harness import print_table, publish
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
+from reranker.training.forwards import autoencode_control, autoencode_loss
 from reranker.training.relevance_data import RelevanceSet
-from reranker.training.trainer import hidden_distill_loss
 
 # per layer: the gists' attention to item token 0 (BOS) and to the rest of the item, how many item
 # tokens they effectively read, the student's query's attention to its gists and raw prefix, and the
@@ -102,13 +102,13 @@ def probe_states(
         texts = [data.items[item_id].text for item_id, _ in judged]
         probed += texts
         with torch.inference_mode():
-            _, t = teacher.query_states(query.text, texts, full=True)  # (C, L, ℓ, D)
-            _, s = student.query_states(query.text, texts, full=False)
+            t = query_states(teacher, query.text, texts, full=True)  # (C, L, ℓ, D)
+            s = query_states(student, query.text, texts, full=False)
             kvs = student.compress(texts)
         attention = _attention_shares(teacher, student, query.text, texts, reads)
         with torch.inference_mode():
-            same_query["own_per_query"] += float(student.autoencode_loss(texts)) / len(chosen)
-            variants = float(student.autoencode_control(texts, shift=1))
+            same_query["own_per_query"] += float(autoencode_loss(student, texts)) / len(chosen)
+            variants = float(autoencode_control(student, texts, shift=1))
             same_query["same_query_candidate"] += variants / len(chosen)
         t, s = t.float(), s.float()
         gist_v = torch.stack([kv.kv[:, 1, :, kv.prefix_tokens :] for kv in kvs]).float()  # (C, L, H, k, h)
@@ -117,8 +117,8 @@ def probe_states(
             sl, tl = s[:, layer : layer + 1], t[:, layer : layer + 1]
             acc["share"] += _item_share(tl)
             acc["share_s"] += _item_share(sl)
-            acc["gap"] += float(hidden_distill_loss(sl, tl))
-            acc["centered"] += float(hidden_distill_loss(sl, tl, centered=True))
+            acc["gap"] += float(state_gap(sl, tl))
+            acc["centered"] += float(state_gap(sl, tl, centered=True))
             acc["peak_s"] += float(sl.norm(dim=-1).max())
             acc["peak_t"] += float(tl.norm(dim=-1).max())
             acc["gist_v_share"] += _item_share(gist_v[:, layer])
@@ -133,8 +133,8 @@ def probe_states(
         # product (a query's own candidates are one-field variants of each other)
         unique = list(dict.fromkeys(probed))
         autoencode = {
-            "own": float(student.autoencode_loss(unique)),
-            "another_item": float(student.autoencode_control(unique)),
+            "own": float(autoencode_loss(student, unique)),
+            "another_item": float(autoencode_control(student, unique)),
         } | same_query
     averaged = ("share", "share_s", "gap", "centered", "gist_v_share")
     mean = {key: sum(r[key] for r in rows) / len(rows) for key in averaged}
@@ -184,6 +184,55 @@ def probe_states(
     return rows
 
 
+def query_states(model: GistReranker, query: str, items: list[str], full: bool) -> torch.Tensor:
+    """The query (+ score token)'s output at every layer in `score_full` (or `score_masked`)'s forward
+    → (N, L, ℓ, D)."""
+    rows, item_ids, q = model.tail_rows(query, items, full)
+    out, seq_lens = model.forward_rows(
+        rows, None if full else model.token_counts(item_ids), output_hidden_states=True
+    )
+    tail = q.embeds.shape[0]
+    layers = out.hidden_states[1:]  # [0] is the input embeddings
+    return torch.stack([model.tails(h, seq_lens, tail) for h in layers], dim=1)
+
+
+def attention(
+    model: GistReranker, query: str, items: list[str], full: bool
+) -> tuple[torch.Tensor, list[list[int]], int]:
+    """Where every position looks in `score_full`'s (or `score_masked`'s) forward: attention weights
+    averaged over heads → ((N, L, S, S) float32, each item's token ids, tail length ℓ). Runs with eager
+    attention, the one implementation that returns weights."""
+    rows, item_ids, q = model.tail_rows(query, items, full)
+    base = model.base_lm()
+    before = base.config._attn_implementation
+    base.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            lens = None if full else model.token_counts(item_ids)
+            out, _ = model.forward_rows(rows, lens, output_attentions=True)
+    finally:
+        base.set_attn_implementation(before)
+    weights = torch.stack([a.float().mean(1) for a in out.attentions], dim=1)
+    return weights, item_ids, q.embeds.shape[0]
+
+
+def state_gap(student: torch.Tensor, teacher: torch.Tensor, centered: bool = False) -> torch.Tensor:
+    """How far one query's states (C, L, ℓ, D) over its C candidates are from the teacher's.
+
+    Plain: mean over pairs, layers and tokens of 1 − cos(s, t). Cosine, not a squared error: a student
+    whose query cannot see BOS grows massive "attention sink" activations (5× the teacher's norm) on a
+    few query tokens, and a squared error is then about those tokens only.
+
+    Centered: ‖s̃ − t̃‖² / ‖t̃‖² summed over everything, where x̃ = x − mean over the C candidates. Only
+    a few percent of the teacher's state energy varies with the item, so the plain gap is nearly all
+    about what every candidate shares; this one is 1.0 for a student that ignores its item and 0 when
+    it reproduces every item's effect. Sinks, being the same for every candidate, cancel."""
+    if centered:
+        s, t = student - student.mean(0), teacher - teacher.mean(0)
+        return (s - t).pow(2).sum() / t.pow(2).sum().clamp_min(1e-12)
+    return (1.0 - torch.nn.functional.cosine_similarity(student, teacher, dim=-1)).mean()
+
+
 def _item_share(x: torch.Tensor) -> float:
     """Fraction of x's energy that varies over dim 0 (a query's candidates): ‖x − mean‖² / ‖x‖²."""
     return float((x - x.mean(0)).pow(2).sum() / x.pow(2).sum())
@@ -194,8 +243,8 @@ def _attention_shares(
 ) -> dict[str, list[float]]:
     """ATTENTION_KEYS → one value per layer (mean over the query's candidates) for one query; adds each
     candidate's per-layer token shares of the gists' item attention to `reads`."""
-    t_attn, _, tail = teacher.attention(query, texts, full=True)  # (C, L, S, S)
-    s_attn, item_ids, _ = student.attention(query, texts, full=False)
+    t_attn, _, tail = attention(teacher, query, texts, full=True)  # (C, L, S, S)
+    s_attn, item_ids, _ = attention(student, query, texts, full=False)
     k, t = student.gist.num_gist, student.gist.keep_item_prefix
     layers = s_attn.shape[1]
     reads.extend(Counter() for _ in range(layers - len(reads)))

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitoring.metrics import ITEMS_TRUNCATED
 from monitoring.serving_metrics import (
     CACHE_HITS,
     CACHE_MISSES,
@@ -255,7 +256,7 @@ class KVLookup:
             else:
                 try:
                     decoded = kv_codec.decode(
-                        row.kv, expected_fingerprint=fingerprint, dtype=self.model.dtype
+                        row.kv, expected_fingerprint=fingerprint, dtype=self.model.kv_dtype
                     )
                     self.model.check_kv([decoded.kv])
                 except kv_codec.ForeignFingerprintError:  # the row's column and its blob disagree
@@ -299,10 +300,12 @@ class KVLookup:
         if not texts:
             return []
         try:
-            return list(self.model.compress(texts, batch_size=self.compress_batch))
+            kvs: list[GistKV | None] = list(self.model.compress(texts, batch_size=self.compress_batch))
         except GistRankError:
             # One unusable text fails the whole batch: retry one by one so that only it goes unanswered.
-            return [self._compress_one(text) for text in texts]
+            kvs = [self._compress_one(text) for text in texts]
+        ITEMS_TRUNCATED.inc(sum(kv is not None and kv.truncated for kv in kvs))
+        return kvs
 
     def _compress_one(self, text: str) -> GistKV | None:
         try:

@@ -1,18 +1,15 @@
-"""`gistrank train`: the full-context teacher and the gist student, one loop, each ingredient a switch.
+"""`gistrank train`: the full-context teacher and the gist student, one loop over a list of objectives.
 
 Teacher: `score_full` (item + query), fine-tuned on graded labels.
 Student: `score_masked` (item + gists + query under the gist mask — the training layout, never the
-inference layout) with any mix of:
-    listwise / pointwise label losses      what the labels say
+inference layout). A step draws queries with candidates, scores them once, and sums its objectives
+(reranker/training/objectives.py):
+    listwise / pointwise  what the labels say
     distill       KL to the teacher's scores over each query's candidates (dense, graded signal)
-    hidden_distill  the query's output at every layer, reading gists, pulled towards the teacher's
-                  reading the whole item (ℓ × L vectors per pair instead of one score); `centered`
-                  matches only what differs between a query's candidates (the item-specific part)
     autoencode    regenerate the item's first tokens from the gists alone (label-free, many targets);
                   with no ranking loss it is a pretraining stage on random train items, and a ranking
                   run with `init` = its checkpoint (same gist config) starts from its gists
-    mask curriculum    the query first reads the item with weight v, v annealed 1 → 0
-    length curriculum  items capped short first, the cap grown to max_item_tokens
+Other switches:
     pack_queries  queries that share candidates drawn together, each item run once per step with all
                   its queries in one row (4D mask): more pairs per second of item compute
     warm start    `init` = a trained teacher checkpoint (same base; its gists are not reused)
@@ -24,7 +21,9 @@ Progress bar, JSONL learning curve (losses, and the batch's acc@1 and within-que
 student that has not started keeps a spread near 0; with autoencoding, `autoencode_gap`: how much
 better the gists regenerate their own item than another's, ~0 until they carry the item), periodic
 checkpoints and resume (`--resume`).
-`plot_curves` draws several runs side by side (`gistrank curves`).
+`plot_curves` draws several runs side by side (`gistrank curves`). Settings that were measured not to
+help (read bias, mask and length curricula, hidden-state distillation) were removed; they live at the
+git tag experiments-archive with their findings in reports/experiments/.
 """
 
 from __future__ import annotations
@@ -43,7 +42,8 @@ from tqdm.auto import tqdm
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
-from reranker.evaluation.ranking_metrics import accuracy_at_1
+from reranker.training.forwards import score_packed
+from reranker.training.objectives import Batch, Objective, objectives_for
 from reranker.training.relevance_data import Query, RelevanceSet
 
 STATE_FILE = "trainer_state.json"
@@ -72,80 +72,25 @@ class TrainConfig(BaseModel):
     pointwise: float = 0.0
     distill: float = 0.0
     distill_temperature: float = 1.0
-    hidden_distill: float = Field(0.0, description="weight of hidden_distill_loss (needs the teacher)")
-    hidden_distill_centered: bool = Field(False, description="match only the item-specific part")
     autoencode: float = 0.0
     autoencode_tokens: int = 64
     autoencode_items: int = Field(8, description="items per step for the autoencoding loss")
     pack_queries: bool = Field(False, description="several queries per item row (GistReranker.score_packed)")
-    mask_curriculum_steps: int = Field(0, description="steps over which item visibility anneals 1 → 0")
-    length_curriculum_steps: int = Field(0, description="steps over which the item cap grows to max")
-    min_item_tokens: int = 128
     checkpoint_every: int = 50
     seed: int = 0
 
     @model_validator(mode="after")
     def _compatible(self) -> TrainConfig:
-        if self.hidden_distill and self.pack_queries:
-            raise ValueError("hidden_distill compares one query per row: it needs pack_queries=False")
         if self.pointwise and self.gist.score_rule == "query_likelihood":
             raise ValueError("pointwise reads scores as logits; a query log-likelihood is not one")
         if not self.ranks and not (self.role == "student" and self.autoencode):
-            raise ValueError(
-                "no loss to train: set one of listwise, pointwise, distill, hidden_distill, autoencode"
-            )
+            raise ValueError("no loss to train: set one of listwise, pointwise, distill, autoencode")
         return self
 
     @property
     def ranks(self) -> bool:
         """Whether any loss scores query–item pairs; a student without one only autoencodes."""
-        return any((self.listwise, self.pointwise, self.distill, self.hidden_distill))
-
-
-def item_visibility(cfg: TrainConfig, step: int) -> float:
-    """Mask curriculum: linear 1 → 0 over `mask_curriculum_steps`, exactly 0 (the gist mask) after."""
-    if cfg.role == "teacher" or step >= cfg.mask_curriculum_steps:
-        return 0.0
-    return 1.0 - step / cfg.mask_curriculum_steps
-
-
-def item_token_cap(cfg: TrainConfig, step: int) -> int:
-    """Length curriculum: linear min_item_tokens → max_item_tokens over `length_curriculum_steps`."""
-    top = cfg.gist.max_item_tokens
-    if step >= cfg.length_curriculum_steps:
-        return top
-    low = min(cfg.min_item_tokens, top)
-    return low + (top - low) * step // cfg.length_curriculum_steps
-
-
-def listwise_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy between softmax(scores) and the label-gain distribution (2^label − 1)."""
-    gains = 2.0**labels - 1.0
-    return -(gains / gains.sum() * torch.log_softmax(scores, dim=0)).sum()
-
-
-def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL(teacher ‖ student) over one query's candidates, × T² so gradients keep their scale."""
-    t = torch.log_softmax(teacher / temperature, dim=0)
-    s = torch.log_softmax(student / temperature, dim=0)
-    return (t.exp() * (t - s)).sum() * temperature**2
-
-
-def hidden_distill_loss(student: torch.Tensor, teacher: torch.Tensor, centered: bool = False) -> torch.Tensor:
-    """How far one query's states (C, L, ℓ, D) over its C candidates are from the teacher's.
-
-    Plain: mean over pairs, layers and tokens of 1 − cos(s, t). Cosine, not a squared error: a student
-    whose query cannot see BOS grows massive "attention sink" activations (5× the teacher's norm) on a
-    few query tokens, and a squared error is then about those tokens only.
-
-    Centered: ‖s̃ − t̃‖² / ‖t̃‖² summed over everything, where x̃ = x − mean over the C candidates. Only
-    ~2.5% of the teacher's state energy varies with the item (reports/quality.md), so the plain loss is
-    nearly all about what every candidate shares; this one is 1.0 for a student that ignores its item
-    and 0 when it reproduces every item's effect. Sinks, being the same for every candidate, cancel."""
-    if centered:
-        s, t = student - student.mean(0), teacher - teacher.mean(0)
-        return (s - t).pow(2).sum() / t.pow(2).sum().clamp_min(1e-12)
-    return (1.0 - torch.nn.functional.cosine_similarity(student, teacher, dim=-1)).mean()
+        return any((self.listwise, self.pointwise, self.distill))
 
 
 class Trainer:
@@ -154,17 +99,12 @@ class Trainer:
         self.model = self._initial_model(cfg, device)
         if cfg.train_body and cfg.lora_rank and not self.model.has_lora:
             self.model.add_lora(cfg.lora_rank, cfg.lora_alpha, seed=cfg.seed)
-        self.teacher = None
-        if cfg.distill > 0 or cfg.hidden_distill > 0:
+        teacher = None
+        if cfg.distill > 0:
             if cfg.teacher is None:
-                raise ValueError("distill > 0 or hidden_distill > 0 needs a teacher checkpoint")
-            self.teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
-            theirs, mine = self.teacher.gist.query_reading, cfg.gist.query_reading
-            if cfg.hidden_distill and theirs != mine:
-                raise ValueError(
-                    "hidden_distill pairs the student's query rows with the teacher's: both need one score "
-                    f"rule and query template (teacher {theirs}, student {mine})"
-                )
+                raise ValueError("distill > 0 needs a teacher checkpoint")
+            teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
+        self.objectives: list[Objective] = objectives_for(cfg, teacher)
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=0.0)
         self.queries = [
             q
@@ -176,13 +116,12 @@ class Trainer:
         self.train_items = sorted({i for q in self.queries for i, _ in data.candidates(q.query_id)})
         self.rng = random.Random(cfg.seed)
         self.step = 0
-        self._token_ids: dict[str, list[int]] = {}
 
     @staticmethod
     def _initial_model(cfg: TrainConfig, device: str | None) -> GistReranker:
         """`init` (a checkpoint) or `base`. A warm start takes the init's body, score token and head,
         and its gists when they have this run's layout (same k and t: an autoencoding stage's
-        checkpoint; the read bias, item cap and dtype may differ); else the gists start fresh."""
+        checkpoint; the item cap and dtype may differ); else the gists start fresh."""
         if cfg.init is None:
             return GistReranker.from_pretrained(cfg.base, cfg.gist, device=device)
         model = GistReranker.from_pretrained(cfg.init, device=device)
@@ -215,15 +154,6 @@ class Trainer:
         return groups
 
     # ---------------------------------------------------------------------------------- batches
-    def _capped_text(self, item_id: str, cap: int) -> str:
-        """Item text cut to `cap` tokens (length curriculum); the full text when the cap is the max."""
-        text = self.data.items[item_id].text
-        if cap >= self.cfg.gist.max_item_tokens:
-            return text
-        if item_id not in self._token_ids:
-            self._token_ids[item_id] = self.model.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self.model.tokenizer.decode(self._token_ids[item_id][: cap - 1])
-
     def _sample(self, query_id: str, in_step: set[str]) -> list[tuple[str, int]]:
         """Every relevant candidate of the query (up to the budget), the rest drawn from its negatives,
         first from those already in the step (`in_step`, when packing). Drawn independently, a query's
@@ -264,19 +194,17 @@ class Trainer:
                 in_step.update(item_id for item_id, _ in drawn[-1][1])
         return drawn
 
-    def _scores(
-        self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool, vis: float
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """(C_q,) logits per picked (query text, candidate texts) and, for hidden_distill, the query's
-        layer outputs (C_q, L, ℓ, D) — else empty. One row per pair, or, when packing, one row per
-        distinct item holding every query it is a candidate of."""
-        if self.cfg.hidden_distill:
-            outs = [model.query_states(query, texts, full, vis) for query, texts in picks]
-            return [scores for scores, _ in outs], [states for _, states in outs]
+    def _texts(self, drawn: Drawn) -> list[tuple[str, list[str]]]:
+        return [(query.text, [self.data.items[i].text for i, _ in cands]) for query, cands in drawn]
+
+    def scores(
+        self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool
+    ) -> list[torch.Tensor]:
+        """(C_q,) scores per picked (query text, candidate texts): one row per pair, or, when packing,
+        one row per distinct item holding every query it is a candidate of."""
         if not self.cfg.pack_queries:
-            if full:
-                return [model.score_full(query, texts) for query, texts in picks], []
-            return [model.score_masked(query, texts, item_visibility=vis) for query, texts in picks], []
+            score = model.score_full if full else model.score_masked
+            return [score(query, texts) for query, texts in picks]
         slots: dict[str, list[tuple[int, int]]] = {}
         for qi, (_, texts) in enumerate(picks):
             for ci, text in enumerate(texts):
@@ -284,80 +212,41 @@ class Trainer:
         items = list(slots)
         queries = [[picks[qi][0] for qi, _ in slots[text]] for text in items]
         grid: list[list[torch.Tensor | None]] = [[None] * len(texts) for _, texts in picks]
-        for text, scores in zip(items, model.score_packed(items, queries, full, vis), strict=True):
+        for text, scores in zip(items, score_packed(model, items, queries, full), strict=True):
             for (qi, ci), score in zip(slots[text], scores, strict=True):
                 grid[qi][ci] = score
-        return [torch.stack(row) for row in grid], []  # type: ignore[arg-type]
+        return [torch.stack(row) for row in grid]  # type: ignore[arg-type]
+
+    def _batch(self) -> Batch:
+        """The step's queries and the model's scores of their candidates (none in an autoencoding stage:
+        it draws random train items instead)."""
+        if not self.cfg.ranks:
+            n = min(self.cfg.autoencode_items, len(self.train_items))
+            return Batch(texts=[], labels=[], scores=[], items=self.rng.sample(self.train_items, n))
+        drawn = self._draw()
+        texts = self._texts(drawn)
+        labels = [
+            torch.tensor([float(label) for _, label in cands], device=self.model.device) for _, cands in drawn
+        ]
+        scores = self.scores(self.model, texts, full=self.cfg.role == "teacher")
+        items = list(dict.fromkeys(i for _, cands in drawn for i, _ in cands))
+        return Batch(texts=texts, labels=labels, scores=scores, items=items)
 
     # ------------------------------------------------------------------------------------ steps
     def train_step(self) -> dict[str, float]:
-        cfg, model = self.cfg, self.model
-        model.train()
-        vis = item_visibility(cfg, self.step)
-        cap = item_token_cap(cfg, self.step)
-        parts: dict[str, torch.Tensor] = {}
-        record: dict[str, float] = {}
-        n_queries = min(cfg.queries_per_step, len(self.queries))
-        loss = torch.zeros((), device=model.device)
-        drawn = self._draw() if cfg.ranks else []
-        if drawn:
-            loss, record = self._ranking_loss(drawn, vis, cap, parts)
-        if cfg.autoencode and cfg.role == "student":
-            # the step's candidates when ranking; else random train items (an autoencoding stage)
-            ae_items = (
-                list(dict.fromkeys(i for _, cands in drawn for i, _ in cands))[: cfg.autoencode_items]
-                if drawn
-                else self.rng.sample(self.train_items, min(cfg.autoencode_items, len(self.train_items)))
-            )
-            texts = [self._capped_text(i, cap) for i in ae_items]
-            ae = model.autoencode_loss(texts, cfg.autoencode_tokens, vis)
-            parts["autoencode"] = cfg.autoencode * ae * n_queries  # reported per step like the others
-            loss = loss + cfg.autoencode * ae
-            if len(texts) > 1:
-                with torch.no_grad():
-                    other = model.autoencode_control(texts, cfg.autoencode_tokens, vis)
-                record["autoencode_gap"] = float(other - ae.detach())
+        """Draw a batch, sum the objectives' losses, take one clipped optimizer step."""
+        self.model.train()
+        batch = self._batch()
+        losses = {o.name: o.loss(self, batch) for o in self.objectives}
+        loss = torch.stack(list(losses.values())).sum()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
         self.optimizer.step()
         self.step += 1
-        model.eval()
-        losses = {name: float(v.detach()) / n_queries for name, v in parts.items()}
-        return {"step": self.step, "loss": float(loss.detach()), "item_visibility": vis, "item_cap": cap} | (
-            record | losses
-        )
-
-    def _ranking_loss(
-        self, drawn: Drawn, vis: float, cap: int, parts: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The label / distillation losses of the drawn queries (summed into `parts`, averaged over
-        queries) and the batch's acc@1 and within-query score spread."""
-        cfg, model = self.cfg, self.model
-        hits, spread = 0.0, 0.0
-        picks = [(query.text, [self._capped_text(i, cap) for i, _ in cands]) for query, cands in drawn]
-        all_scores, states = self._scores(model, picks, cfg.role == "teacher", vis)
-        references, reference_states = [None] * len(picks), []
-        if self.teacher is not None:
-            with torch.no_grad():
-                references, reference_states = self._scores(self.teacher, picks, True, 0.0)
-        for mine, theirs in zip(states, reference_states, strict=True):
-            gap = hidden_distill_loss(mine, theirs, cfg.hidden_distill_centered)
-            _add(parts, "hidden_distill", cfg.hidden_distill * gap)
-        for (_, cands), scores, reference in zip(drawn, all_scores, references, strict=True):
-            labels = torch.tensor([float(label) for _, label in cands], device=model.device)
-            # free signs of life: does the top score land on the best label, do scores differ at all
-            hits += accuracy_at_1(scores.tolist(), labels.tolist())
-            spread += float(scores.detach().std())
-            if cfg.listwise:
-                _add(parts, "listwise", cfg.listwise * listwise_loss(scores, labels))
-            if cfg.pointwise:
-                bce = torch.nn.functional.binary_cross_entropy_with_logits(scores, labels / labels.max())
-                _add(parts, "pointwise", cfg.pointwise * bce)
-            if reference is not None and cfg.distill:
-                _add(parts, "distill", cfg.distill * distill_loss(scores, reference, cfg.distill_temperature))
-        n = len(drawn)
-        return sum(parts.values()) / n, {"batch_acc@1": hits / n, "score_spread": spread / n}
+        self.model.eval()
+        record = {"step": self.step, "loss": float(loss.detach())} | batch.signs_of_life()
+        return record | {name: float(v.detach()) for name, v in losses.items()}
 
     def fit(self, progress: bool = True) -> list[dict[str, float]]:
         curve_path = self.out / "curve.jsonl"
@@ -420,10 +309,6 @@ class Trainer:
             optim["state"].setdefault(int(index), {})[key] = value
         trainer.optimizer.load_state_dict(optim)
         return trainer
-
-
-def _add(parts: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
-    parts[name] = parts[name] + value if name in parts else value
 
 
 def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5, keys: Sequence[str] = CURVE_KEYS) -> Path:

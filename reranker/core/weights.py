@@ -1,0 +1,245 @@
+"""A GistReranker's weights: checkpoint I/O, LoRA adapters, the fingerprint, and the compute dtype.
+
+A checkpoint folder:
+    gistrank.json      format, base reference, GistConfig, fingerprint
+    gist.safetensors   gist embeddings, score token, head
+    adapter/           LoRA adapters (peft format), when trained with `add_lora`
+    base/              the whole body, when fully fine-tuned (`store_base`)
+
+Two dtypes. `GistConfig.dtype` is the **storage** dtype: the dtype of the stored K/V and the precision
+the weights are fingerprinted at, so it is part of the K/V contract. The **compute** dtype is chosen
+per machine at load (`compute_dtype="auto"`: the storage dtype where this machine computes it natively,
+fp32 where it would be emulated — `config.compute_dtype_for`), because emulated bf16 matmuls run ~30×
+slower than fp32 on an AVX2-only CPU. The fingerprint is taken in the storage dtype before the cast,
+so a checkpoint has one fingerprint on every machine, and K/V compressed anywhere is valid everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from reranker.core.base_models import DEFAULT_BASE, resolve_base
+from reranker.core.checkpoints import CHECKPOINT_FILE, resolve_checkpoint
+from reranker.core.config import GistConfig, compute_dtype_for
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+GIST_WEIGHTS_FILE = "gist.safetensors"
+ADAPTER_DIR = "adapter"
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+CHECKPOINT_FORMAT = 1
+# GistConfig fields newer than format 1: hashed only off these defaults, so older checkpoints keep theirs
+_LATER_FIELDS = {"score_rule": "head"}
+# GistConfig fields removed since format 1 (experiments that did not help; tag `experiments-archive`):
+# a checkpoint that has one at this value loads as if it had never existed; any other value is refused
+_REMOVED_FIELDS = {"gist_read_bias": 0.0}
+
+
+def migrate_gist_fields(fields: dict[str, Any], source: str | Path) -> dict[str, Any]:
+    """A saved `gist` config → today's GistConfig fields (drops removed fields at their old defaults)."""
+    fields = dict(fields)
+    for name, default in _REMOVED_FIELDS.items():
+        if name in fields and fields.pop(name) != default:
+            raise ValueError(
+                f"{source}: trained with {name}, a setting removed from GistRank; load it from the "
+                "git tag experiments-archive"
+            )
+    return fields
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class GistWeights(nn.Module):
+    """Weights and their persistence, mixed into `GistReranker` (reranker/core/model.py)."""
+
+    lm: nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    gist: GistConfig
+    base_ref: str
+    gist_embeddings: nn.Parameter
+    score_embedding: nn.Parameter
+    head: nn.Linear
+    _fingerprint: tuple[int, str] | None
+
+    # ----------------------------------------------------------------------------------- loading
+    @classmethod
+    @torch.inference_mode(False)  # real parameters even when a server loads under inference_mode
+    def from_pretrained(
+        cls,
+        base: str | Path = DEFAULT_BASE,
+        gist: GistConfig | None = None,
+        device: str | torch.device | None = None,
+        compute_dtype: str = "auto",
+    ) -> Self:
+        """Wrap a base LM (alias, local HF folder or Hub id) or load a GistRank checkpoint folder.
+
+        For a checkpoint, `gist` may be omitted; if given it must equal the saved config.
+        `compute_dtype`: "auto" (`config.compute_dtype_for`) or a dtype name.
+        """
+        device = torch.device(device) if device is not None else _default_device()
+        base = resolve_checkpoint(base)
+        ckpt = Path(base) / CHECKPOINT_FILE
+        if not ckpt.is_file():
+            return cls._wrap(base, str(base), gist or GistConfig(), device).to_compute(compute_dtype)
+        meta = json.loads(ckpt.read_text())
+        if meta.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{ckpt}: unsupported checkpoint format {meta.get('format')!r}")
+        saved = GistConfig(**migrate_gist_fields(meta["gist"], ckpt))
+        if gist is not None and gist != saved:
+            raise ValueError(f"{base} was trained with {saved}, not {gist}")
+        base_ref = meta["base"]
+        base_dir = Path(base) / "base" if meta.get("base_stored") else base_ref
+        model = cls._wrap(base_dir, base_ref, saved, device)
+        if (Path(base) / ADAPTER_DIR).is_dir():
+            model.lm = PeftModel.from_pretrained(model.lm, Path(base) / ADAPTER_DIR).eval()
+        model._load_gist_state(load_file(Path(base) / GIST_WEIGHTS_FILE, device=str(device)))
+        if meta.get("fingerprint") not in (None, model.fingerprint):
+            raise ValueError(
+                f"{base}: loaded weights have fingerprint {model.fingerprint}, the checkpoint was "
+                f"saved as {meta['fingerprint']} — the base behind {base_ref!r} is not the one it was "
+                "trained on"
+            )
+        return model.to_compute(compute_dtype)
+
+    @classmethod
+    def _wrap(cls, base: str | Path, base_ref: str, gist: GistConfig, device: torch.device) -> Self:
+        path = resolve_base(base)
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=gist.torch_dtype).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return cls(lm, tokenizer, gist, base_ref).eval()  # type: ignore[call-arg]
+
+    @torch.inference_mode(False)
+    def to_compute(self, compute_dtype: str = "auto") -> Self:
+        """Cast every floating weight to the compute dtype, keeping the storage-dtype fingerprint: the
+        weights are still those of the checkpoint, and their K/V still leaves in the storage dtype."""
+        target = getattr(torch, compute_dtype_for(self.gist.dtype, compute_dtype, self.device))
+        if target == self.dtype:
+            return self
+        fingerprint = self.fingerprint
+        self.to(target)
+        self._fingerprint = (self._version_sum(), fingerprint)
+        return self
+
+    # ------------------------------------------------------------------------------------- LoRA
+    @property
+    def has_lora(self) -> bool:
+        return isinstance(self.lm, PeftModel)
+
+    def add_lora(self, rank: int, alpha: float, seed: int = 0) -> None:
+        """Wrap the body with fresh LoRA adapters on every attention and MLP projection. B starts at
+        zero, so the wrapped model scores exactly as before until it is trained; A is drawn from
+        `seed`, so a run is reproducible."""
+        config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(LORA_TARGETS))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.lm = get_peft_model(self.lm, config)
+        self._fingerprint = None  # the parameter set changed; version sums alone could collide
+
+    # ----------------------------------------------------------------------------------- saving
+    def save_pretrained(self, directory: str | Path, store_base: bool = False) -> Path:
+        """Write `gistrank.json` + `gist.safetensors` (+ `adapter/` when LoRA-trained, + `base/` when
+        `store_base`, e.g. after full fine-tuning). Without `store_base` the checkpoint refers to the
+        base by `base_ref`; the fingerprint still covers the base weights, so a different base behind
+        that reference is caught. Weights are written in the storage dtype."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        storage = self.gist.torch_dtype
+        state = {n: t.detach().to(storage).contiguous().cpu() for n, t in self._gist_state().items()}
+        save_file(state, directory / GIST_WEIGHTS_FILE, metadata={"fingerprint": self.fingerprint})
+        if self.has_lora:
+            # name the base as this checkpoint does (not a machine's cache path); embeddings are never
+            # adapted, and saying so keeps peft from looking the base up on the Hub; peft's generated
+            # card stub would sit beside the real model card, so it goes
+            self.lm.peft_config["default"].base_model_name_or_path = self.base_ref
+            self.lm.save_pretrained(directory / ADAPTER_DIR, save_embedding_layers=False)
+            (directory / ADAPTER_DIR / "README.md").unlink(missing_ok=True)
+        if store_base:
+            state = {n: t.to(storage) if t.is_floating_point() else t for n, t in self._base_state().items()}
+            self.base_lm().save_pretrained(directory / "base", state_dict=state)
+            self.tokenizer.save_pretrained(directory / "base")
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "base": self.base_ref,
+            "base_stored": store_base,
+            "gist": self.gist.model_dump(),
+            "fingerprint": self.fingerprint,
+        }
+        (directory / CHECKPOINT_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        return directory
+
+    def base_lm(self) -> nn.Module:
+        return self.lm.get_base_model() if self.has_lora else self.lm
+
+    def _base_state(self) -> dict[str, torch.Tensor]:
+        """The body's own weights, without adapters, under the names the base model loads."""
+        state = self.base_lm().state_dict()
+        if not self.has_lora:
+            return state
+        return {name.replace(".base_layer", ""): t for name, t in state.items() if ".lora_" not in name}
+
+    def _gist_state(self) -> dict[str, torch.Tensor]:
+        return {
+            "gist_embeddings": self.gist_embeddings,
+            "score_embedding": self.score_embedding,
+            "head.weight": self.head.weight,
+            "head.bias": self.head.bias,
+        }
+
+    def _load_gist_state(self, state: dict[str, torch.Tensor]) -> None:
+        own = self._gist_state()
+        if set(state) != set(own):
+            raise ValueError(f"gist weights have tensors {sorted(state)}, expected {sorted(own)}")
+        with torch.no_grad():
+            for name, param in own.items():
+                if state[name].shape != param.shape:
+                    raise ValueError(f"gist weight {name}: shape {tuple(state[name].shape)} != {param.shape}")
+                param.copy_(state[name])
+
+    # ------------------------------------------------------------------------------- fingerprint
+    def _version_sum(self) -> int:
+        return sum(p._version for p in self.parameters())
+
+    @property
+    def fingerprint(self) -> str:
+        """blake2b over base weights, gist embeddings, head and gist config.
+
+        Recomputed whenever any parameter was modified in place (optimizer steps bump tensor
+        versions), so K/V compressed before a training step can never pass as current.
+        """
+        version = self._version_sum()
+        if self._fingerprint is None or self._fingerprint[0] != version:
+            h = hashlib.blake2b(digest_size=16)
+            unset = {name for name, value in _LATER_FIELDS.items() if getattr(self.gist, name) == value}
+            h.update(self.gist.model_dump_json(exclude=unset).encode())
+            seen: set[int] = set()
+            for name, t in sorted(self.state_dict(keep_vars=True).items()):
+                if t.data_ptr() in seen:  # tied weights (embeddings / lm_head) hash once
+                    continue
+                seen.add(t.data_ptr())
+                h.update(name.encode())
+                h.update(str(t.dtype).encode())
+                h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+            self._fingerprint = (version, h.hexdigest())
+        return self._fingerprint[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The compute dtype (see the module docstring); the K/V's is `kv_dtype`."""
+        return self.gist_embeddings.dtype
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The storage dtype of the K/V this model compresses and accepts (`GistConfig.dtype`)."""
+        return self.gist.torch_dtype
