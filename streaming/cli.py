@@ -63,10 +63,13 @@ ModelRef = Annotated[str, typer.Option(help="base alias, local HF folder, or Gis
 NumGist = Annotated[int | None, typer.Option(help="k gist tokens (default 8; a checkpoint's own)")]
 DType = Annotated[
     ComputeDType | None,
-    typer.Option(help="compute dtype; auto: bfloat16 only where fast (default float32; a checkpoint's own)"),
+    typer.Option(
+        help="model dtype of a fresh wrap (its weights and K/V; auto: bfloat16 only where fast; default "
+        "float32; a checkpoint's own). Compute runs in it where the machine is native, else in float32"
+    ),
 ]
 StorageDType = Annotated[
-    BlobDType | None, typer.Option(help="K/V dtype in the stored blob (default: the compute dtype)")
+    BlobDType | None, typer.Option(help="K/V dtype in the stored blob (default: the model's K/V dtype)")
 ]
 CompressBatch = Annotated[int, typer.Option(help="items per compression forward")]
 

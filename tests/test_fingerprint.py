@@ -96,3 +96,74 @@ def test_checkpoint_over_a_different_base_is_refused(tiny_bases: dict[str, Path]
     build_tiny_base(base, "llama", seed=1)  # same path, other weights
     with pytest.raises(ValueError, match="not the one it was trained on"):
         GistReranker.from_pretrained(ckpt, device="cpu")
+
+
+def test_loads_under_inference_mode(checkpoint: Path, tiny_base: Path) -> None:
+    """Serving code loads under torch.inference_mode(): the fingerprint reads parameter versions, so
+    the parameters must be real tensors, and K/V compressed there must pass for the same model."""
+    outside = GistReranker.from_pretrained(checkpoint, device="cpu")
+    with torch.inference_mode():
+        inside = GistReranker.from_pretrained(checkpoint, device="cpu")
+        fresh = GistReranker.from_pretrained(tiny_base, FP32, device="cpu")
+        assert inside.fingerprint == outside.fingerprint
+        scores = inside.score(QUERY, inside.compress(ITEMS))
+    assert not any(p.is_inference() for p in (*inside.parameters(), *fresh.parameters()))
+    torch.testing.assert_close(scores, outside.score(QUERY, outside.compress(ITEMS)), rtol=0, atol=0)
+
+
+@pytest.fixture(scope="module")
+def bf16_checkpoint(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="bfloat16"), device="cpu")
+    with torch.no_grad():
+        model.gist_embeddings.add_(0.5)
+    return model.save_pretrained(tmp_path_factory.mktemp("bf16"))
+
+
+def test_compute_dtype_is_chosen_at_load_and_storage_stays(bf16_checkpoint: Path) -> None:
+    """A bf16 checkpoint computes in fp32 where asked (what `auto` picks on a CPU without native bf16):
+    same fingerprint, K/V still bf16 and interchangeable with the bf16-computed model's."""
+    native = GistReranker.from_pretrained(bf16_checkpoint, device="cpu", compute_dtype="bfloat16")
+    wide = GistReranker.from_pretrained(bf16_checkpoint, device="cpu", compute_dtype="float32")
+    assert native.dtype == torch.bfloat16 and wide.dtype == torch.float32
+    assert wide.kv_dtype == native.kv_dtype == torch.bfloat16
+    assert wide.fingerprint == native.fingerprint
+    assert all(p.dtype == torch.float32 for p in wide.parameters())
+    kvs = wide.compress(ITEMS)
+    assert all(kv.kv.dtype == torch.bfloat16 for kv in kvs)
+    # the narrower model accepts the wider one's K/V and reads it within bf16 precision
+    torch.testing.assert_close(native.score(QUERY, kvs), wide.score(QUERY, kvs), rtol=0.05, atol=0.05)
+    saved = wide.save_pretrained(bf16_checkpoint.parent / "resaved")  # written back in the storage dtype
+    assert GistReranker.from_pretrained(saved, device="cpu").fingerprint == native.fingerprint
+    with pytest.raises(ValueError, match="compute dtype 'int8'"):
+        GistReranker.from_pretrained(bf16_checkpoint, device="cpu", compute_dtype="int8")
+
+
+def test_auto_compute_dtype_never_narrows_and_widens_emulated_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reranker.core import config
+
+    monkeypatch.setattr(config, "native_bf16", lambda device="cpu": False)  # an AVX2-only CPU
+    assert config.compute_dtype_for("bfloat16") == "float32"
+    assert config.compute_dtype_for("float16") == "float32"
+    assert config.compute_dtype_for("float32") == "float32"
+    assert config.compute_dtype_for("bfloat16", "bfloat16") == "bfloat16"  # asked for explicitly
+    monkeypatch.setattr(config, "native_bf16", lambda device="cpu": True)  # AVX512-BF16 / AMX
+    assert config.compute_dtype_for("bfloat16") == "bfloat16"
+    assert config.compute_dtype_for("float32") == "float32"
+
+
+def test_removed_config_fields_migrate_at_their_old_default(checkpoint: Path, tmp_path: Path) -> None:
+    """A checkpoint saved while the read bias existed (at 0.0) loads with its fingerprint; one trained
+    with a bias is refused with a pointer to the tag that still has it."""
+    import json
+
+    for bias, ok in ((0.0, True), (2.0, False)):
+        copy = Path(shutil.copytree(checkpoint, tmp_path / f"bias-{bias}"))
+        meta = json.loads((copy / "gistrank.json").read_text())
+        meta["gist"]["gist_read_bias"] = bias
+        (copy / "gistrank.json").write_text(json.dumps(meta))
+        if ok:
+            loaded = GistReranker.from_pretrained(copy, device="cpu")
+            assert loaded.fingerprint == meta["fingerprint"]
+        else:
+            with pytest.raises(ValueError, match=r"gist_read_bias.*experiments-archive"):
+                GistReranker.from_pretrained(copy, device="cpu")
