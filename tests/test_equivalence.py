@@ -10,6 +10,7 @@ from helpers import ITEMS, QUERY, forward_scores
 
 from reranker import EmptyInputError, GistConfig, GistReranker
 from reranker.core import layout
+from reranker.evaluation.baselines import compress_prefix
 
 
 def assert_scores_equal(online: torch.Tensor, reference: torch.Tensor) -> None:
@@ -73,7 +74,7 @@ def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> No
     """The matched-budget baseline equals a plain causal forward of (first k item tokens + query)."""
     k = tiny_model.gist.num_gist
     items = [item for item in ITEMS if item != "kettle"]  # at least k tokens each
-    kvs = tiny_model.compress_prefix(items)
+    kvs = compress_prefix(tiny_model, items)
     assert all(kv.item_tokens == 0 and kv.num_gist == k for kv in kvs)
     item_ids, _ = tiny_model.item_ids(items)
     q = tiny_model.query_tail(QUERY)
@@ -84,7 +85,7 @@ def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> No
 
 def test_prefix_baseline_needs_k_tokens(tiny_model: GistReranker) -> None:
     with pytest.raises(EmptyInputError, match=r"items \[1\] have fewer than t \+ k = 4 tokens"):
-        tiny_model.compress_prefix(ITEMS)
+        compress_prefix(tiny_model, ITEMS)
 
 
 # ------------------------------------------------------------------ hybrid: keep_item_prefix = t > 0
@@ -118,7 +119,7 @@ def test_hybrid_prefix_is_the_items_own_first_tokens(tiny_base: Path) -> None:
     t = 6
     model = hybrid(tiny_base, t)
     kvs = model.compress(ITEMS[:1])
-    plain = model.compress_prefix(ITEMS[:1])  # first t + k tokens, plain causal
+    plain = compress_prefix(model, ITEMS[:1])  # first t + k tokens, plain causal
     torch.testing.assert_close(kvs[0].kv[..., :t, :], plain[0].kv[..., :t, :], rtol=1e-4, atol=1e-5)
     assert not torch.allclose(kvs[0].kv[..., t:, :], plain[0].kv[..., t:, :], atol=1e-3)
 
@@ -143,7 +144,9 @@ def test_hybrid_pad_slots_must_stay_masked(tiny_base: Path, monkeypatch: pytest.
     assert_scores_equal(model.score(QUERY, kvs), reference)
     real_mask = layout.online_mask
     monkeypatch.setattr(
-        layout, "online_mask", lambda lens, slots, k, q: real_mask(torch.full_like(lens, slots), slots, k, q)
+        layout,
+        "online_mask",
+        lambda lens, slots, tails, k, q: real_mask(torch.full_like(lens, slots), slots, tails, k, q),
     )
     wrong = model.score(QUERY, kvs)
     short = [i for i, kv in enumerate(kvs) if kv.prefix_tokens < 12]
@@ -155,7 +158,7 @@ def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
     """At t + k stored positions the baseline is a plain causal forward of the first t + k tokens + query."""
     model = hybrid(tiny_base, t=6)
     items = [item for item in ITEMS if item != "kettle"]
-    kvs = model.compress_prefix(items)
+    kvs = compress_prefix(model, items)
     assert all(kv.prefix_tokens == 6 and kv.item_tokens == 6 and kv.num_gist == 4 for kv in kvs)
     item_ids, _ = model.item_ids(items)
     q = model.query_tail(QUERY)

@@ -28,11 +28,14 @@ def test_gist_mask_matters(tiny_model: GistReranker, monkeypatch: pytest.MonkeyP
     "wrong_positions",
     [
         # the query numbered from 0 once the item is removed
-        lambda start, k, n: torch.arange(n)[None].expand(len(start), -1),
-        # what a framework derives from the cache length: k, k+1, … for every row
-        lambda start, k, n: (k + torch.arange(n))[None].expand(len(start), -1),
+        lambda start, n: torch.arange(n)[None].expand(len(start), -1),
+        # what a framework derives from the cache length: k, k+1, … for every row (tiny_model: k = 4)
+        lambda start, n: (4 + torch.arange(n))[None].expand(len(start), -1),
+        # off by one either way: the query starting on the last gist, or one slot after the gists
+        lambda start, n: start[:, None] - 1 + torch.arange(n)[None],
+        lambda start, n: start[:, None] + 1 + torch.arange(n)[None],
     ],
-    ids=["from-zero", "from-cache-length"],
+    ids=["from-zero", "from-cache-length", "one-early", "one-late"],
 )
 def test_renumbered_query_positions_break_equivalence(
     tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch, wrong_positions

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DType = Literal["float32", "bfloat16", "float16"]
 ScoreRule = Literal["head", "query_likelihood"]
+Compressor = Literal["gist", "select"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
@@ -50,6 +51,16 @@ class GistConfig(BaseModel):
     keep_item_prefix: int = Field(
         0, ge=0, description="t: first item tokens kept as raw K/V beside the gists (0 = pure gisting)"
     )
+    compressor: Compressor = Field(
+        "gist",
+        description="what the k stored positions are: 'gist' = the K/V of k learned gist tokens after the "
+        "item; 'select' = per layer and KV head, the K/V of the k item positions an observation window "
+        "attends to most (no training; reranker/core/selection.py)",
+    )
+    select_window: int = Field(16, ge=0, description="select: the item's last tokens that observe it")
+    select_pool: int = Field(
+        7, ge=1, description="select: odd window of positions whose attention is averaged"
+    )
     score_rule: ScoreRule = Field(
         "head",
         description="how the query's outputs become a relevance score: 'head' = a linear head on the "
@@ -72,6 +83,8 @@ class GistConfig(BaseModel):
             raise ValueError("query_template must contain '{query}'")
         if self.score_rule == "query_likelihood" and not self.query_template.partition("{query}")[0]:
             raise ValueError("query_likelihood needs template text before '{query}' to predict it from")
+        if self.select_pool % 2 == 0:
+            raise ValueError(f"select_pool={self.select_pool} must be odd")
         if self.keep_item_prefix >= self.max_item_tokens:
             raise ValueError(
                 f"keep_item_prefix={self.keep_item_prefix} must be below "

@@ -126,26 +126,33 @@ def left_padded(seq_lens: torch.Tensor, total: int) -> tuple[torch.Tensor, torch
     return pos.clamp(min=0), allowed
 
 
-def online_positions(gist_start: torch.Tensor, num_gist: int, query_len: int) -> torch.Tensor:
+def online_positions(query_start: torch.Tensor, query_len: int) -> torch.Tensor:
     """Position ids of the query (+ score token) for each candidate → `(N, ℓ)`.
 
-    gist_start: (N,) = item token count j of each candidate. The query follows the gists exactly as
-    in training, so it starts at j + k; numbering it from 0 (or from the cache length k) would change
-    every query→gist RoPE distance and silently degrade scores.
+    query_start: (N,) where each candidate's query starts in the layout it was compressed for: j + k
+    after gists (training layout), j after selected item columns (the full-context layout). Numbering
+    the query from 0 (or from the cache length) would change every query→key RoPE distance and
+    silently degrade scores.
     """
-    return gist_start[:, None] + num_gist + torch.arange(query_len, device=gist_start.device)[None, :]
+    return query_start[:, None] + torch.arange(query_len, device=query_start.device)[None, :]
 
 
-def online_mask(prefix_lens: torch.Tensor, prefix_slots: int, num_gist: int, query_len: int) -> torch.Tensor:
-    """Mask of the query against injected K/V → bool `(N, ℓ, P + k + ℓ)`.
+def online_mask(
+    prefix_lens: torch.Tensor, prefix_slots: int, tail_lens: torch.Tensor, tail_slots: int, query_len: int
+) -> torch.Tensor:
+    """Mask of the query against injected K/V → bool `(N, ℓ, P + K + ℓ)`.
 
-    Cache columns per row: `prefix_slots` P prefix slots of which the first p (= prefix_lens, (N,)) are
-    real, then k gists. Real prefix columns and all gists visible, pad slots never; causal over the query.
+    Cache columns per row: P prefix slots of which the first p (prefix_lens, (N,)) are real, then K
+    slots of which the first s (tail_lens, (N,): k gists, or the selected columns) are real. Real
+    columns visible, pad slots never; causal over the query.
     """
     device = prefix_lens.device
-    slot = torch.arange(prefix_slots, device=device)
-    prefix = (slot[None, :] < prefix_lens[:, None])[:, None, :].expand(-1, query_len, -1)  # (N, ℓ, P)
     n = prefix_lens.shape[0]
-    gists = torch.ones(n, query_len, num_gist, dtype=torch.bool, device=device)
+
+    def real(lens: torch.Tensor, slots: int) -> torch.Tensor:  # (N, ℓ, slots)
+        return (torch.arange(slots, device=device)[None, :] < lens[:, None])[:, None, :].expand(
+            -1, query_len, -1
+        )
+
     causal = _causal(query_len, device)[None].expand(n, -1, -1)
-    return torch.cat([prefix, gists, causal], dim=2)
+    return torch.cat([real(prefix_lens, prefix_slots), real(tail_lens, tail_slots), causal], dim=2)

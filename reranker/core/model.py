@@ -41,6 +41,7 @@ from reranker.core.errors import (
     QueryTooLongError,
 )
 from reranker.core.kv import GistKV
+from reranker.core.selection import select_kv
 from reranker.core.weights import GistWeights
 
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
@@ -275,8 +276,10 @@ class GistReranker(GistWeights):
     @torch.inference_mode()
     def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
         """Compress items into per-layer K/V of their first p = min(t, j) tokens (hybrid prefix; none
-        when t = 0) and the k gists, `batch_size` items per forward (sorted by length so a batch pads
-        little). Truncated items are flagged on their GistKV; the caller counts them."""
+        when t = 0) and k more positions: the gists, or with `compressor="select"` the item columns
+        each layer and head attends to most (selection.py). `batch_size` items per forward (sorted by
+        length so a batch pads little). Truncated items are flagged on their GistKV; the caller
+        counts them."""
         item_ids, truncated = self.item_ids(items)
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
         out: list[GistKV | None] = [None] * len(item_ids)
@@ -285,9 +288,12 @@ class GistReranker(GistWeights):
         batches = range(0, len(order), batch_size)
         for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
             idx = order[start : start + batch_size]
-            rows = [torch.cat([self.embed(item_ids[i]), self.gist_embeddings]) for i in idx]
-            slots = [self._stored_slots(len(item_ids[i])) for i in idx]
-            for i, kv in zip(idx, self.causal_kv(rows, slots), strict=True):
+            if self.gist.compressor == "select":
+                kvs = select_kv(self, [item_ids[i] for i in idx])
+            else:
+                rows = [torch.cat([self.embed(item_ids[i]), self.gist_embeddings]) for i in idx]
+                kvs = self.causal_kv(rows, [self._stored_slots(len(item_ids[i])) for i in idx])
+            for i, kv in zip(idx, kvs, strict=True):
                 j = len(item_ids[i])
                 out[i] = GistKV(kv, fingerprint, j, truncated[i], prefix_tokens=min(t, j))
         return out  # type: ignore[return-value]
@@ -301,7 +307,7 @@ class GistReranker(GistWeights):
         """Refuse K/V that this model did not produce or that does not fit its shape, dtype or limits."""
         if not kvs:
             raise EmptyInputError("no candidates given")
-        k, t = self.gist.num_gist, self.gist.keep_item_prefix
+        t = self.gist.keep_item_prefix
         fingerprint = self.fingerprint
         for i, x in enumerate(kvs):
             if x.fingerprint != fingerprint:
@@ -314,42 +320,62 @@ class GistReranker(GistWeights):
                 raise KVFormatError(
                     f"candidate {i}: prefix_tokens={x.prefix_tokens}, expected min(t={t}, j={x.item_tokens})"
                 )
-            expected = (self.num_layers, 2, self.num_kv_heads, x.prefix_tokens + k, self.head_dim)
+            stored = x.prefix_tokens + self.tail_slots(x)
+            expected = (self.num_layers, 2, self.num_kv_heads, stored, self.head_dim)
             if tuple(x.kv.shape) != expected:
                 raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
             if x.kv.dtype != self.kv_dtype:
                 raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.kv_dtype}")
+
+    def tail_slots(self, x: GistKV) -> int:
+        """Columns after the prefix a valid entry has: k gists, or min(k, j - p) selected item columns."""
+        k = self.gist.num_gist
+        return k if self.gist.compressor == "gist" else min(k, x.item_tokens - x.prefix_tokens)
+
+    def query_start(self, x: GistKV) -> int:
+        """Position of the query's first token: after the gists (j + k), or after the item (j)."""
+        return x.item_tokens + (self.gist.num_gist if self.gist.compressor == "gist" else 0)
 
     @torch.inference_mode()
     def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor:
         """Online path: ONE forward of the query (+ score token) for all N candidates against their
         injected K/V → (N,) float32 scores. No item token and no placeholder is in the sequence."""
         self.check_kv(kvs)
-        n, k = len(kvs), self.gist.num_gist
         q = self.query_tail(query)
+        n, ell = len(kvs), q.embeds.shape[0]
         embeds = q.embeds[None].expand(n, -1, -1)  # (N, ℓ, D)
-        prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,)
-        slots = int(prefix_lens.max())
-        stacked = torch.stack([_pad_prefix(x, slots) for x in kvs]).to(
-            self.device, self.dtype
-        )  # (N, L, 2, H_kv, P+k, h)
+        prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,) p
+        tail_lens = torch.tensor([self.tail_slots(x) for x in kvs], device=self.device)  # (N,) s
+        p_slots, s_slots = int(prefix_lens.max()), int(tail_lens.max())
+        stacked = torch.stack([_pad(x, p_slots, s_slots) for x in kvs])  # (N, L, 2, H_kv, P+K, h)
+        stacked = stacked.to(self.device, self.dtype)
         cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
-        gist_start = torch.tensor([x.gist_start for x in kvs], device=self.device)  # (N,)
-        ell = q.embeds.shape[0]
-        positions = layout.online_positions(gist_start, k, ell)  # (N, ℓ)
-        mask = layout.additive(layout.online_mask(prefix_lens, slots, k, ell), self.dtype)  # (N, 1, ℓ, P+k+ℓ)
+        starts = torch.tensor([self.query_start(x) for x in kvs], device=self.device)  # (N,)
+        positions = layout.online_positions(starts, ell)  # (N, ℓ)
+        allowed = layout.online_mask(prefix_lens, p_slots, tail_lens, s_slots, ell)  # (N, ℓ, P+K+ℓ)
         result = self.decoder()(
-            inputs_embeds=embeds, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
+            inputs_embeds=embeds,
+            position_ids=positions,
+            attention_mask=layout.additive(allowed, self.dtype),
+            cache=cache,
+            use_cache=True,
         )
         return self.tail_scores(result.last_hidden_state, q.targets)
 
 
-def _pad_prefix(x: GistKV, slots: int) -> torch.Tensor:
-    """(L, 2, H_kv, p + k, h) → (L, 2, H_kv, slots + k, h): pad columns after the prefix, which the
-    online mask hides, so rows with shorter prefixes (items shorter than t) share one batch."""
-    missing = slots - x.prefix_tokens
-    if missing == 0:
-        return x.kv
-    prefix, gists = x.kv[..., : x.prefix_tokens, :], x.kv[..., x.prefix_tokens :, :]
-    pad = prefix.new_zeros(*prefix.shape[:-2], missing, prefix.shape[-1])
-    return torch.cat([prefix, pad, gists], dim=-2)
+def _pad(x: GistKV, prefix_slots: int, tail_slots: int) -> torch.Tensor:
+    """(L, 2, H_kv, p + s, h) → (L, 2, H_kv, P + K, h): pad columns after the prefix and after the
+    tail, which the online mask hides, so entries of different lengths share one batch (items
+    shorter than t, or than t + k under selection)."""
+    p = x.prefix_tokens
+    prefix, tail = x.kv[..., :p, :], x.kv[..., p:, :]
+
+    def padded(part: torch.Tensor, slots: int) -> torch.Tensor:
+        missing = slots - part.shape[-2]
+        return (
+            part
+            if missing == 0
+            else torch.cat([part, part.new_zeros(*part.shape[:-2], missing, part.shape[-1])], -2)
+        )
+
+    return torch.cat([padded(prefix, prefix_slots), padded(tail, tail_slots)], dim=-2)

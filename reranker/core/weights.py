@@ -39,7 +39,7 @@ ADAPTER_DIR = "adapter"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKPOINT_FORMAT = 1
 # GistConfig fields newer than format 1: hashed only off these defaults, so older checkpoints keep theirs
-_LATER_FIELDS = {"score_rule": "head"}
+_LATER_FIELDS = {"score_rule": "head", "compressor": "gist", "select_window": 16, "select_pool": 7}
 # GistConfig fields removed since format 1 (experiments that did not help; tag `experiments-archive`):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused
 _REMOVED_FIELDS = {"gist_read_bias": 0.0}

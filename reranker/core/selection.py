@@ -1,0 +1,172 @@
+"""Training-free compression: keep, per layer and per KV head, the K/V of the k item positions that an
+observation window attends to most (SnapKV / H2O style), instead of learned gist K/V.
+
+Compression (`select_kv`): one causal forward of item + observation suffix (left-padded, eager
+attention so the weights exist). The observation rows are the item's last `select_window` tokens
+and the query template's lead-in (e.g. "\\nQuery: "), appended after the item at positions j, j+1, …
+as a query would be: they stand in for "what a query reads". Per layer, their attention to each
+candidate column (item positions p … j-1, after the hybrid prefix) is summed over rows and over the
+query heads of each KV head, average-pooled over `select_pool` neighbouring positions (so whole
+words survive, not single sub-tokens), and the top k columns are kept in position order. The suffix
+never changes the item's K/V (causal), so it is not stored.
+
+Stored unit, as for gists: `(L, 2, H_kv, p + s, h)` with p = min(t, j) raw prefix columns and
+s = min(k, j - p) selected columns; keys keep the rotation of their original positions. An item no
+longer than t + k keeps every position. Online, the query is numbered from the item's end, j + i,
+exactly as in the full-context forward it approximates; the reference (`selected_mask_scores`) is
+that full forward with each layer's and head's query rows seeing only the kept columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from reranker.core import layout
+
+
+def observation_suffix(model: nn.Module) -> list[int]:
+    """Token ids appended after the item to observe it: the query template's text before {query}."""
+    lead = model.gist.query_template.partition("{query}")[0]
+    return model.tokenizer(lead, add_special_tokens=False)["input_ids"]
+
+
+@contextmanager
+def eager_attention(model: nn.Module) -> Iterator[None]:
+    """Run `model` with eager attention (the one implementation that returns weights), then restore."""
+    base = model.base_lm()
+    before = base.config._attn_implementation
+    base.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        base.set_attn_implementation(before)
+
+
+def attention_layers(model: nn.Module) -> list[nn.Module]:
+    return [layer.self_attn for layer in model.decoder().layers]
+
+
+def select_kv(model: nn.Module, item_ids: Sequence[list[int]]) -> list[torch.Tensor]:
+    """Per item, the kept K/V → [(L, 2, H_kv, p + s, h)] in the storage dtype (module docstring)."""
+    return [kv for kv, _ in _select(model, item_ids)]
+
+
+def selected_columns(model: nn.Module, item_ids: Sequence[list[int]]) -> list[torch.Tensor]:
+    """The item positions `select_kv` keeps after the prefix → per item (L, H_kv, s), ascending."""
+    return [cols for _, cols in _select(model, item_ids)]
+
+
+@torch.inference_mode()
+def _select(model: nn.Module, item_ids: Sequence[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    k, t, window = model.gist.num_gist, model.gist.keep_item_prefix, model.gist.select_window
+    suffix = observation_suffix(model)
+    lens = [len(ids) for ids in item_ids]
+    rows = [model.embed(ids + suffix) for ids in item_ids]
+    seq_lens = torch.tensor([r.shape[0] for r in rows], device=model.device)
+    total = int(seq_lens.max())
+    pads = (total - seq_lens).tolist()
+    observers = torch.zeros(len(lens), total, device=model.device)  # (N, S): 1 on observation rows
+    for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
+        observers[i, pad + max(0, j - window) :] = 1.0  # the item's last tokens + the suffix
+    group = model.lm.config.num_attention_heads // model.num_kv_heads
+    mass: list[torch.Tensor] = []  # per layer (N, H_kv, S): attention the observers pay each column
+
+    def observe(_module: nn.Module, _args: object, output: tuple) -> tuple:
+        weights = output[1].float()  # (N, H_q, S, S)
+        per_head = torch.einsum("nhqs,nq->nhs", weights, observers)  # (N, H_q, S)
+        mass.append(per_head.view(len(lens), -1, group, total).sum(2))
+        return (output[0], None)  # drop the (N, H_q, S, S) weights at once
+
+    embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
+    positions, allowed = layout.left_padded(seq_lens, total)
+    hooks = [a.register_forward_hook(observe) for a in attention_layers(model)]
+    try:
+        with eager_attention(model):
+            result = model.decoder()(
+                inputs_embeds=embeds,
+                position_ids=positions,
+                attention_mask=layout.additive(allowed, model.dtype),
+                use_cache=True,
+                output_attentions=True,
+            )
+    finally:
+        for h in hooks:
+            h.remove()
+    out = []
+    for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
+        p = min(t, j)
+        prefix = torch.arange(pad, pad + p, device=model.device)
+        cols = torch.stack([_kept(m[i, :, pad + p : pad + j], k, model.gist.select_pool) + p for m in mass])
+        layers = []
+        for cache, at in zip(result.cache.layers, cols + pad, strict=True):  # at: (H_kv, s)
+            keys = torch.cat([cache.keys[i, :, prefix], _gather(cache.keys[i], at)], dim=1)  # (H_kv, p+s, h)
+            values = torch.cat([cache.values[i, :, prefix], _gather(cache.values[i], at)], dim=1)
+            layers.append(torch.stack([keys, values]))
+        out.append((torch.stack(layers).to(model.kv_dtype), cols))  # (L, 2, H_kv, p + s, h), (L, H_kv, s)
+    return out
+
+
+def _kept(mass: torch.Tensor, k: int, pool: int) -> torch.Tensor:
+    """(H, n) attention mass over n candidate columns → (H, min(k, n)) column indices, ascending."""
+    n = mass.shape[-1]
+    if n <= k:
+        return torch.arange(n, device=mass.device).expand(mass.shape[0], -1)
+    pooled = torch.nn.functional.avg_pool1d(
+        mass[:, None], pool, stride=1, padding=pool // 2, count_include_pad=False
+    )[:, 0, :n]
+    return pooled.topk(k, dim=-1).indices.sort(dim=-1).values
+
+
+def _gather(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """x (H, S, h), at (H, s) → (H, s, h): each head its own columns."""
+    return x.gather(1, at[..., None].expand(-1, -1, x.shape[-1]))
+
+
+def selected_mask_scores(
+    model: nn.Module, query: str, items: Sequence[str], kept: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    """Reference for selection: the full-context forward of item + query (+ score token) in which, at
+    every layer and head, the query rows see only the item's first p tokens and its kept columns
+    `kept[i]` (L, H_kv, s), plus the query causally; item rows stay causal → (N,) scores."""
+    rows, item_ids, q = model.tail_rows(query, items, full=True)
+    lens = [len(ids) for ids in item_ids]
+    seq_lens = torch.tensor([r.shape[0] for r in rows], device=model.device)
+    total = int(seq_lens.max())
+    base = layout.full_mask(seq_lens, total)  # (N, S, S)
+    group = model.lm.config.num_attention_heads // model.num_kv_heads
+    masks = []
+    for layer in range(model.num_layers):
+        allowed = base[:, None].repeat(1, model.num_kv_heads, 1, 1)  # (N, H_kv, S, S)
+        for i, j in enumerate(lens):
+            p = min(model.gist.keep_item_prefix, j)
+            visible = torch.zeros(model.num_kv_heads, total, dtype=torch.bool, device=model.device)
+            visible[:, :p] = True
+            visible.scatter_(1, kept[i][layer].to(model.device), True)
+            allowed[i, :, j:, :j] = visible[:, None, :j]  # query rows × item columns
+        allowed = allowed.repeat_interleave(group, dim=1)  # (N, H_q, S, S)
+        mask = torch.zeros(allowed.shape, dtype=model.dtype, device=model.device)
+        masks.append(mask.masked_fill_(~allowed, torch.finfo(model.dtype).min))
+
+    def per_layer(index: int):
+        def swap(_module: nn.Module, args: tuple, kwargs: dict) -> tuple:
+            return args, kwargs | {"attention_mask": masks[index]}
+
+        return swap
+
+    hooks = [
+        a.register_forward_pre_hook(per_layer(i), with_kwargs=True)
+        for i, a in enumerate(attention_layers(model))
+    ]
+    try:
+        with torch.inference_mode():
+            out, seq_lens = model.forward_rows(rows, None)
+            return model.tail_scores(
+                model.tails(out.last_hidden_state, seq_lens, q.embeds.shape[0]), q.targets
+            )
+    finally:
+        for h in hooks:
+            h.remove()

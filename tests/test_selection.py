@@ -1,0 +1,140 @@
+"""Training-free K/V selection (reranker/core/selection.py): the online path equals the full-context
+forward in which every layer's and head's query reads only the kept columns, and the pitfalls break it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ITEMS, QUERY
+
+from reranker import GistConfig, GistReranker
+from reranker.core import kv_codec, layout
+from reranker.core.config import template_for
+from reranker.core.selection import _kept, selected_columns, selected_mask_scores
+
+pytestmark = pytest.mark.select
+
+
+def select_model(base: Path, k: int = 4, t: int = 0, **extra: object) -> GistReranker:
+    gist = GistConfig(num_gist=k, keep_item_prefix=t, compressor="select", dtype="float32", **extra)
+    return GistReranker.from_pretrained(base, gist, device="cpu")
+
+
+def reference(model: GistReranker, items: list[str]) -> torch.Tensor:
+    cols = selected_columns(model, model.item_ids(items)[0])
+    return selected_mask_scores(model, QUERY, items, cols)
+
+
+def assert_close(online: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(online, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("t", [0, 5])
+@pytest.mark.parametrize("rule", ["head", "query_likelihood"])
+def test_online_score_equals_the_per_head_masked_full_forward(
+    tiny_bases: dict[str, Path], arch: str, t: int, rule: str
+) -> None:
+    """Items of mixed length in one batch (one shorter than t + k keeps all its tokens)."""
+    extra = {"score_rule": rule, **template_for(rule)}
+    model = select_model(tiny_bases[arch], k=4, t=t, **extra)
+    kvs = model.compress(ITEMS, batch_size=3)
+    lens = [kv.item_tokens for kv in kvs]
+    assert [kv.kv.shape[3] for kv in kvs] == [min(j, t + 4) for j in lens]
+    assert_close(model.score(QUERY, kvs), reference(model, ITEMS))
+
+
+def test_heads_and_layers_keep_their_own_columns(tiny_base: Path) -> None:
+    """Selection is per layer and per KV head, and reading one head's columns for all breaks equality."""
+    model = select_model(tiny_base, k=3)
+    long_items = [ITEMS[0], ITEMS[2]]
+    cols = selected_columns(model, model.item_ids(long_items)[0])
+    assert cols[1].shape == (model.num_layers, model.num_kv_heads, 3)
+    per_item = cols[1].reshape(-1, 3)
+    assert len({tuple(c.tolist()) for c in per_item}) > 1  # not one choice shared by every head/layer
+    kvs = model.compress(long_items)
+    assert_close(model.score(QUERY, kvs), selected_mask_scores(model, QUERY, long_items, cols))
+    shared = [c[:1, :1].expand_as(c) for c in cols]  # layer 0, head 0's columns everywhere
+    wrong = selected_mask_scores(model, QUERY, long_items, shared)
+    assert not torch.allclose(wrong, model.score(QUERY, kvs), rtol=1e-3)
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_query_positions_off_by_one_break_it(
+    tiny_base: Path, monkeypatch: pytest.MonkeyPatch, shift: int
+) -> None:
+    """The query starts at j (the item's end), not at j + k as after gists, nor one off."""
+    model = select_model(tiny_base)
+    kvs = model.compress(ITEMS)
+    expected = reference(model, ITEMS)
+    real = layout.online_positions
+    monkeypatch.setattr(layout, "online_positions", lambda start, n: real(start + shift, n))
+    assert not torch.allclose(model.score(QUERY, kvs), expected, rtol=1e-3)
+    monkeypatch.setattr(layout, "online_positions", lambda start, n: real(start + 4, n))  # gist numbering
+    assert not torch.allclose(model.score(QUERY, kvs), expected, rtol=1e-3)
+
+
+def test_a_budget_that_keeps_every_token_is_the_full_context_model(tiny_base: Path, tmp_path: Path) -> None:
+    """Any checkpoint's body works, the full-context teacher's included: with k ≥ j nothing is dropped,
+    and the selected-K/V score is the teacher's own `score_full`."""
+    teacher = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    with torch.no_grad():
+        teacher.head.weight.mul_(3.0)  # a "trained" head
+    saved = teacher.save_pretrained(tmp_path / "teacher")
+    loaded = GistReranker.from_pretrained(saved, device="cpu")
+    student = loaded.with_gist_config(
+        loaded.gist.model_copy(update={"compressor": "select", "num_gist": 200})
+    )
+    kvs = student.compress(ITEMS)
+    assert all(kv.kv.shape[3] == kv.item_tokens for kv in kvs)
+    assert_close(student.score(QUERY, kvs), loaded.score_full(QUERY, ITEMS))
+
+
+def test_selection_is_deterministic_and_batch_independent(tiny_base: Path) -> None:
+    model = select_model(tiny_base)
+    batched, again = model.compress(ITEMS, batch_size=4), model.compress(ITEMS, batch_size=4)
+    alone = [model.compress([item])[0] for item in ITEMS]
+    ids = model.item_ids(ITEMS)[0]
+    cols_batched = selected_columns(model, ids)
+    cols_alone = [selected_columns(model, [i])[0] for i in ids]
+    for a, b, c, x, y in zip(batched, again, alone, cols_batched, cols_alone, strict=True):
+        assert torch.equal(a.kv, b.kv)
+        torch.testing.assert_close(a.kv, c.kv, rtol=1e-4, atol=1e-5)
+        assert torch.equal(x, y)
+
+
+def test_pooling_keeps_a_region_over_an_isolated_spike() -> None:
+    mass = torch.zeros(1, 20)
+    mass[0, 3] = 1.0  # one sub-token alone
+    mass[0, 10:13] = 0.6  # a word of three sub-tokens
+    assert 3 in _kept(mass, 3, pool=1)[0].tolist()  # unpooled, the spike wins a slot
+    assert _kept(mass, 3, pool=3).tolist() == [[10, 11, 12]]
+    assert _kept(mass, 30, pool=3).tolist() == [list(range(20))]  # fewer columns than k: all, in order
+
+
+def test_the_fingerprint_covers_the_compressor(tiny_base: Path) -> None:
+    gist = select_model(tiny_base).with_gist_config(GistConfig(num_gist=4, dtype="float32"))
+    fingerprints = {
+        gist.fingerprint,
+        select_model(tiny_base).fingerprint,
+        select_model(tiny_base, select_window=4).fingerprint,
+        select_model(tiny_base, select_pool=3).fingerprint,
+    }
+    assert len(fingerprints) == 4
+    plain = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    assert plain.fingerprint == gist.fingerprint  # the default compressor hashes as before it existed
+    with pytest.raises(ValueError, match="select_pool=4 must be odd"):
+        GistConfig(compressor="select", select_pool=4)
+
+
+@pytest.mark.parametrize("storage", ["float32", "bfloat16", "int8"])
+def test_selected_entries_round_trip_the_codec(tiny_base: Path, storage: str) -> None:
+    """Entries shorter than t + k (fewer selected columns) encode, decode and score like the rest."""
+    model = select_model(tiny_base, k=6)
+    kvs = model.compress(ITEMS)
+    assert any(kv.kv.shape[3] < 6 for kv in kvs)
+    decoded = [kv_codec.decode(kv_codec.encode(kv, "hash", storage), dtype=torch.float32).kv for kv in kvs]
+    tol = {"float32": 1e-6, "bfloat16": 0.05, "int8": 0.05}[storage]
+    torch.testing.assert_close(model.score(QUERY, decoded), model.score(QUERY, kvs), rtol=tol, atol=tol)
