@@ -1,36 +1,20 @@
-"""Shared fixtures: tiny random bases (Llama, Qwen2) saved once per session, and wrapped rerankers."""
+"""Shared fixtures: tiny random bases (Llama, Qwen2) saved once per session, wrapped rerankers, and a
+small catalog. Helpers that are not fixtures live in helpers.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import CATALOG_ITEMS
 from tiny import build_tiny_base
 
 from reranker import GistConfig, GistReranker
-from reranker.core.model import QueryTail
+from streaming.catalog import Catalog
 
 torch.set_num_threads(2)
-
-ITEMS = [
-    "Acme UltraPhone 15 Pro 256GB titanium blue, 2023 model, part number AP-15P-256-BL.",
-    "kettle",
-    "Stainless steel kettle 1.7 L, 2200 W, auto shut-off, BPA free. Warranty: 2 years. " * 4,
-    "Wireless noise cancelling headphones, over-ear, 2021, black.",
-]
-QUERY = "256GB phone 2023"
-
-
-def forward_scores(
-    model: GistReranker, rows: list[torch.Tensor], item_lens: torch.Tensor | None, tail: QueryTail
-) -> torch.Tensor:
-    """Scores of hand-built rows of embeddings that end in `tail`, through the model's own forward
-    (gist mask when `item_lens`, else plain causal) and score rule."""
-    with torch.no_grad():
-        out, seq_lens = model._forward_rows(rows, item_lens)
-        tails = model._tails(out.last_hidden_state, seq_lens, len(tail.targets))
-        return model.tail_scores(tails, tail.targets)
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +32,12 @@ def tiny_base(tiny_bases: dict[str, Path]) -> Path:
 def tiny_model(tiny_base: Path) -> GistReranker:
     """A tiny fp32 Llama GistReranker with k=4 (read-only: do not train or modify it in a test)."""
     return GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[Catalog]:
+    """A fresh SQLite catalog holding `CATALOG_ITEMS`."""
+    with Catalog(f"sqlite:///{tmp_path / 'catalog.db'}") as cat:
+        for item_id, (title, attributes, description) in CATALOG_ITEMS.items():
+            cat.upsert(item_id, title, attributes, description)
+        yield cat

@@ -126,8 +126,6 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code != 0 and "curve.jsonldoesnotexist" in unboxed(result.output)
 
 
-@pytest.mark.kafka
-@pytest.mark.triton
 def test_train_refuses_bad_options_with_their_names(tiny_base: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"stepz": 2}))
@@ -141,6 +139,8 @@ def test_train_refuses_bad_options_with_their_names(tiny_base: Path, tmp_path: P
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+@pytest.mark.kafka
+@pytest.mark.triton
 def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     """`make demo` on a tiny model: every stage runs against the real services and they all stop."""
     args = ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]

@@ -1,10 +1,13 @@
 """The Triton reranker end to end: a real tritonserver started once by `gistrank serve` (the CLI function,
 in a subprocess), real tritonclient HTTP and gRPC, a real Feast store on a real redis-server, the tiny
-fp32 model. Tests run in file order and share the server; each uses its own item ids where the cache
-state matters. The last tests take Redis down and stop the server with SIGTERM."""
+fp32 model. The tests share the server (module scope), but none relies on what another did: a test that
+asserts a cache tier takes item ids no request has named yet (`fresh_ids`) and puts them in that tier
+itself, so every test passes alone, in any order and however long the others take. The outage test
+stops Redis and starts it again; the last test stops the server with SIGTERM."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -21,10 +24,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import typer
+from helpers import catalog_row
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from rows import catalog_row
 from services import RedisServer
 from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
@@ -44,13 +47,11 @@ pytestmark = [pytest.mark.triton, pytest.mark.redis]
 QUERY = "256GB phone 2023"
 MAX_CANDIDATES = 32
 FEAST_RETRY_S = 1.0
-IDS = [f"sku-{n:03d}" for n in range(48)]
-# What each test may touch first (a first touch of an id is a Feast miss → recompute).
-EQUALITY_IDS = IDS[0:20]
-WRITEBACK_IDS = IDS[20:25]
-FEAST_HIT_IDS = IDS[25:28]
-DAMAGED_IDS = IDS[28:33]
-OUTAGE_IDS = IDS[40:46]
+IDS = [f"sku-{n:03d}" for n in range(48)]  # any test may name these: their cache tier is unknown
+# Catalog items handed out by `fresh_ids`, each to one test only: a first request for one is a Feast miss
+# (recompute) that writes it back to Feast and puts it in L1.
+FRESH_IDS = [f"new-{n:03d}" for n in range(400)]
+_unused_ids = iter(FRESH_IDS)
 OK_STATUSES = {"l1", "feast", "recompute"}
 ERROR_STATUSES = {"unknown_item", "catalog_unavailable", "recompute_failed"}
 
@@ -67,6 +68,14 @@ _WORDS = [
     "steel",
     "wireless",
 ]
+
+
+def fresh_ids(n: int) -> list[str]:
+    """`n` catalog ids that no request of this module has named yet: in neither L1 nor Feast."""
+    ids = list(itertools.islice(_unused_ids, n))
+    if len(ids) < n:
+        raise RuntimeError(f"all {len(FRESH_IDS)} FRESH_IDS are used: make the list longer")
+    return ids
 
 
 def _item(n: int) -> tuple[str, dict[str, object], str]:
@@ -138,7 +147,7 @@ def model(checkpoint: Path) -> GistReranker:
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
     with Catalog(f"sqlite:///{tmp_path_factory.mktemp('catalog') / 'catalog.db'}") as cat:
-        for n, item_id in enumerate(IDS):
+        for n, item_id in enumerate(IDS + FRESH_IDS):
             cat.upsert(item_id, *_item(n))
         yield cat
 
@@ -269,12 +278,13 @@ def wait_shadow_idle(server: Endpoints) -> dict:
 
 # ---------------------------------------------------------------------------------------------- tests
 def test_scores_equal_in_process_score(server: Endpoints, model: GistReranker, catalog: Catalog) -> None:
-    expected = model.score(QUERY, model.compress(texts(catalog, EQUALITY_IDS))).numpy()
+    ids = fresh_ids(20)
+    expected = model.score(QUERY, model.compress(texts(catalog, ids))).numpy()
     with RerankClient(server.http, "http") as http:
-        first = http.rerank(QUERY, EQUALITY_IDS)
+        first = http.rerank(QUERY, ids)
     with RerankClient(server.grpc, "grpc") as grpc:
-        second = grpc.rerank(QUERY, EQUALITY_IDS)
-    assert [c.item_id for c in first] == EQUALITY_IDS
+        second = grpc.rerank(QUERY, ids)
+    assert [c.item_id for c in first] == ids
     assert {c.status for c in first} == {"recompute"}  # nothing cached yet
     assert {c.status for c in second} == {"l1"}
     np.testing.assert_allclose([c.score for c in first], expected, rtol=1e-4, atol=1e-5)
@@ -284,30 +294,31 @@ def test_scores_equal_in_process_score(server: Endpoints, model: GistReranker, c
 def test_feast_miss_recomputes_writes_back_and_the_next_request_hits_l1(
     server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
 ) -> None:
+    ids = fresh_ids(5)
     before = scrape(server.model_metrics)
     with RerankClient(server.http) as c:
-        first = c.rerank(QUERY, WRITEBACK_IDS)
+        first = c.rerank(QUERY, ids)
         assert {x.status for x in first} == {"recompute"}
 
         def written() -> bool:
-            rows = store.read(WRITEBACK_IDS)
+            rows = store.read(ids)
             return all(r is not None and r.fingerprint == model.fingerprint for r in rows.values())
 
         wait_until(written, 30, "the write-back to reach Feast")
-        second = c.rerank(QUERY, WRITEBACK_IDS)
+        second = c.rerank(QUERY, ids)
     assert {x.status for x in second} == {"l1"}
     assert [x.score for x in second] == [x.score for x in first]
 
-    rows = store.read(WRITEBACK_IDS)
-    items = catalog.get(WRITEBACK_IDS)
-    for item_id, kv in zip(WRITEBACK_IDS, model.compress(texts(catalog, WRITEBACK_IDS)), strict=True):
+    rows = store.read(ids)
+    items = catalog.get(ids)
+    for item_id, kv in zip(ids, model.compress(texts(catalog, ids)), strict=True):
         decoded = kv_codec.decode(rows[item_id].kv, expected_fingerprint=model.fingerprint)
         assert decoded.content_hash == rows[item_id].content_hash == items[item_id].content_hash
         assert rows[item_id].version == items[item_id].version
         np.testing.assert_allclose(decoded.kv.kv.numpy(), kv.kv.numpy(), rtol=1e-4, atol=1e-5)
 
     after = scrape(server.model_metrics)
-    n = len(WRITEBACK_IDS)
+    n = len(ids)
     assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="feast_miss") == n
     assert delta(before, after, "gistrank_cache_misses_total", tier="l1") == n
     assert delta(before, after, "gistrank_cache_misses_total", tier="feast") == n
@@ -318,20 +329,22 @@ def test_feast_miss_recomputes_writes_back_and_the_next_request_hits_l1(
 def test_rows_written_by_the_consumer_are_feast_hits(
     server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
 ) -> None:
-    kvs = model.compress(texts(catalog, FEAST_HIT_IDS))
-    store.write([catalog_row(catalog, i, kv) for i, kv in zip(FEAST_HIT_IDS, kvs, strict=True)])
+    ids = fresh_ids(3)
+    kvs = model.compress(texts(catalog, ids))
+    store.write([catalog_row(catalog, i, kv) for i, kv in zip(ids, kvs, strict=True)])
     hits = model_metric(server, "gistrank_cache_hits_total", tier="feast")
     with RerankClient(server.grpc, "grpc") as c:
-        got = c.rerank(QUERY, FEAST_HIT_IDS)
+        got = c.rerank(QUERY, ids)
     assert {x.status for x in got} == {"feast"}
     np.testing.assert_allclose([x.score for x in got], model.score(QUERY, kvs).numpy(), rtol=1e-4, atol=1e-5)
-    assert model_metric(server, "gistrank_cache_hits_total", tier="feast") == hits + len(FEAST_HIT_IDS)
+    assert model_metric(server, "gistrank_cache_hits_total", tier="feast") == hits + len(ids)
 
 
 def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
     server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
 ) -> None:
-    kvs = dict(zip(DAMAGED_IDS, model.compress(texts(catalog, DAMAGED_IDS)), strict=True))
+    ids = fresh_ids(5)
+    kvs = dict(zip(ids, model.compress(texts(catalog, ids)), strict=True))
     # K/V that would change the score a lot if it were used
     noise = {
         i: GistKV(kv=kv.kv * -3.0 + 1.0, fingerprint=kv.fingerprint, item_tokens=kv.item_tokens)
@@ -340,7 +353,7 @@ def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
     foreign = {
         i: GistKV(kv=kv.kv, fingerprint="f" * 32, item_tokens=kv.item_tokens) for i, kv in noise.items()
     }
-    a, b, c, d, e = DAMAGED_IDS
+    a, b, c, d, e = ids
     good_blob = kv_codec.encode(noise[c], "x")
     flipped = bytearray(good_blob)
     flipped[-7] ^= 0x01
@@ -351,19 +364,19 @@ def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
         catalog_row(catalog, d, noise[d], blob=kv_codec.encode(noise[d], "x")[:-100]),  # truncated
         catalog_row(catalog, e, noise[e], blob=b"\x80\x04\x95 not a blob"),  # not ours at all
     ]
-    assert store.write(rows).written == tuple(DAMAGED_IDS)
+    assert store.write(rows).written == tuple(ids)
     before = scrape(server.model_metrics)
     with RerankClient(server.http) as client:
-        got = client.rerank(QUERY, DAMAGED_IDS)
+        got = client.rerank(QUERY, ids)
     assert {x.status for x in got} == {"recompute"}
-    expected = model.score(QUERY, [kvs[i] for i in DAMAGED_IDS]).numpy()
+    expected = model.score(QUERY, [kvs[i] for i in ids]).numpy()
     np.testing.assert_allclose([x.score for x in got], expected, rtol=1e-4, atol=1e-5)
     after = scrape(server.model_metrics)
     assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="foreign_fingerprint") == 2
     assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="corrupt_blob") == 3
 
     def repaired() -> bool:  # the write-back replaces every damaged row with a usable one
-        rows = store.read(DAMAGED_IDS)
+        rows = store.read(ids)
         try:
             return all(kv_codec.decode(r.kv, expected_fingerprint=model.fingerprint) for r in rows.values())
         except (kv_codec.KVBlobError, AttributeError):
@@ -373,11 +386,12 @@ def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
 
 
 def test_unknown_id_is_a_per_candidate_error(client: RerankClient) -> None:
-    ids = [EQUALITY_IDS[0], "ghost-1", EQUALITY_IDS[1], "sku-999"]
-    got = client.rerank(QUERY, ids)
+    a, b = fresh_ids(2)
+    assert [x.status for x in client.rerank(QUERY, [a, b])] == ["recompute", "recompute"]  # now in L1
+    got = client.rerank(QUERY, [a, "ghost-1", b, "sku-999"])
     assert [x.status for x in got] == ["l1", "unknown_item", "l1", "unknown_item"]
     assert got[0].scored and got[2].scored and not got[1].scored and not got[3].scored
-    alone = client.rerank(QUERY, [EQUALITY_IDS[0], EQUALITY_IDS[1]])
+    alone = client.rerank(QUERY, [a, b])
     assert [got[0].score, got[2].score] == [x.score for x in alone]
 
 
@@ -397,6 +411,17 @@ def _infer(protocol: str, server: Endpoints, inputs: list[tuple[str, list[int], 
 
 def _bytes(values: list[bytes]) -> np.ndarray:
     return np.array(values, dtype=np.object_)
+
+
+def _ids_input(ids: list[str]) -> tuple[str, list[int], str, np.ndarray]:
+    return ("ITEM_IDS", [len(ids)], "BYTES", _bytes([i.encode() for i in ids]))
+
+
+def _cached_request(protocol: str, server: Endpoints) -> list[tuple[str, list[int], str, np.ndarray]]:
+    """A valid request for two fresh items, sent once here: from now on both are L1 hits."""
+    request = [GOOD_QUERY, _ids_input(fresh_ids(2))]
+    assert _infer(protocol, server, request).as_numpy("STATUS").tolist() == [b"recompute", b"recompute"]
+    return request
 
 
 GOOD_QUERY = ("QUERY", [1], "BYTES", _bytes([QUERY.encode()]))
@@ -438,10 +463,11 @@ def test_malformed_requests_get_clear_errors_and_the_server_stays_up(
     server: Endpoints, protocol: str, case: str
 ) -> None:
     inputs, message = MALFORMED[case]
+    good = _cached_request(protocol, server)
     with pytest.raises(InferenceServerException) as err:
         _infer(protocol, server, inputs)
     assert message in err.value.message(), err.value.message()
-    result = _infer(protocol, server, [GOOD_QUERY, GOOD_IDS])
+    result = _infer(protocol, server, good)
     assert result.as_numpy("STATUS").tolist() == [b"l1", b"l1"]
 
 
@@ -459,6 +485,7 @@ _fuzz_bytes = st.one_of(
 def test_fuzzed_requests_get_an_error_or_an_answer_and_the_server_keeps_answering(
     server: Endpoints, query: list[bytes], ids: list[bytes], protocol: str
 ) -> None:
+    good_request = _cached_request(protocol, server)
     try:
         result = _infer(
             protocol,
@@ -473,7 +500,7 @@ def test_fuzzed_requests_get_an_error_or_an_answer_and_the_server_keeps_answerin
         for score, status in zip(scores, statuses, strict=True):
             assert status.decode() in OK_STATUSES | ERROR_STATUSES
             assert np.isnan(score) == (status.decode() in ERROR_STATUSES)
-    good = _infer(protocol, server, [GOOD_QUERY, GOOD_IDS])
+    good = _infer(protocol, server, good_request)
     assert good.as_numpy("STATUS").tolist() == [b"l1", b"l1"]
 
 
@@ -510,7 +537,12 @@ def test_shadow_overlap_counters_match_offline_recall(
 
 
 def test_metrics_follow_prometheus_conventions_and_triton_exports_its_own(server: Endpoints) -> None:
-    samples = scrape(server.model_metrics)
+    ids = fresh_ids(2)
+    with RerankClient(server.http) as c:
+        c.rerank(QUERY, ids)  # scored: every stage timed, the K/V put in L1, a shadow request sent
+        with pytest.raises(RerankError, match="QUERY is empty"):
+            c.rerank("   ", ids)  # invalid
+    samples = wait_shadow_idle(server)  # the shadow request has been answered by full_reranker
     names = {name for name, _ in samples}
     for name in (
         "gistrank_cache_hits_total",
@@ -534,13 +566,21 @@ def test_metrics_follow_prometheus_conventions_and_triton_exports_its_own(server
         assert value(samples, "gistrank_rerank_request_duration_seconds_count", stage=stage) > 0
     assert value(samples, "gistrank_l1_cache_bytes") > 0
     label_values = {v for _, labels in samples for _, v in labels}
-    assert not label_values & set(IDS), "no item ids in labels"
+    assert not label_values & set(IDS + FRESH_IDS), "no item ids in labels"
 
     # (the Python backend's error responses count as Triton successes; ours count them as invalid)
     assert value(samples, "gistrank_rerank_requests_total", outcome="invalid") > 0
-    triton = scrape(server.metrics)  # the parser names counter samples with their _total suffix
-    for model in ("gist_reranker", "full_reranker"):  # full_reranker: the shadow's requests
-        assert value(triton, "nv_inference_request_success_total", model=model, version="1") > 0
+    triton: dict = {}  # the parser names counter samples with their _total suffix
+    models = ("gist_reranker", "full_reranker")  # full_reranker: the shadow's requests
+
+    def counted() -> bool:  # the backend may report a request's statistics just after its response
+        triton.update(scrape(server.metrics))
+        return all(
+            value(triton, "nv_inference_request_success_total", model=m, version="1") > 0 for m in models
+        )
+
+    wait_until(counted, 30, "Triton to count a successful request of each model")
+    for model in models:
         assert value(triton, "nv_inference_compute_infer_duration_us_total", model=model, version="1") > 0
 
 
@@ -548,18 +588,19 @@ def test_cli_rerank_over_http_and_grpc(server: Endpoints) -> None:
     app = typer.Typer()
     app.command()(rerank)
     runner = CliRunner()
+    a, b = fresh_ids(2)
+    with RerankClient(server.http) as c:
+        assert [x.status for x in c.rerank(QUERY, [a, b])] == ["recompute", "recompute"]  # now in L1
     for protocol in ("http", "grpc"):
         url = server.url(protocol)
-        result = runner.invoke(
-            app, [QUERY, IDS[0], "ghost", IDS[1], "--url", url, "--protocol", protocol, "--json"]
-        )
+        result = runner.invoke(app, [QUERY, a, "ghost", b, "--url", url, "--protocol", protocol, "--json"])
         assert result.exit_code == 0, result.output
         rows = json.loads(result.output)
-        assert [r["item_id"] for r in rows] == [IDS[0], "ghost", IDS[1]]
+        assert [r["item_id"] for r in rows] == [a, "ghost", b]
         assert [r["status"] for r in rows] == ["l1", "unknown_item", "l1"] and rows[1]["score"] is None
-        ranked = runner.invoke(app, [QUERY, IDS[0], "ghost", "--url", url, "--protocol", protocol])
+        ranked = runner.invoke(app, [QUERY, a, "ghost", "--url", url, "--protocol", protocol])
         assert ranked.exit_code == 0 and ranked.output.splitlines()[-1].endswith("ghost")
-        bad = runner.invoke(app, ["   ", IDS[0], "--url", url, "--protocol", protocol])
+        bad = runner.invoke(app, ["   ", a, "--url", url, "--protocol", protocol])
         assert bad.exit_code == 1 and "QUERY is empty" in bad.output
 
 
@@ -574,12 +615,15 @@ def test_full_reranker_is_served_too(server: Endpoints, model: GistReranker, cat
 def test_feast_outage_is_served_by_recompute(
     server: Endpoints, redis_proc: RedisServer, model: GistReranker, catalog: Catalog
 ) -> None:
+    cached, *outage_ids = fresh_ids(6)
+    with RerankClient(server.http) as c:
+        assert [x.status for x in c.rerank(QUERY, [cached])] == ["recompute"]  # now in L1
     before = model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_unavailable")
     redis_proc.stop()
     try:
         with RerankClient(server.http) as c:
-            for n, item_id in enumerate(OUTAGE_IDS[:4]):  # fresh ids: neither in L1 nor anywhere else
-                got = c.rerank(QUERY, [item_id, EQUALITY_IDS[0]])
+            for n, item_id in enumerate(outage_ids[:4]):  # fresh ids: neither in L1 nor anywhere else
+                got = c.rerank(QUERY, [item_id, cached])
                 assert [x.status for x in got] == ["recompute", "l1"], n
                 expected = model.score(QUERY, model.compress(texts(catalog, [item_id]))).numpy()
                 np.testing.assert_allclose(got[0].score, expected[0], rtol=1e-4, atol=1e-5)
@@ -595,11 +639,11 @@ def test_feast_outage_is_served_by_recompute(
     misses = model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_miss")
     time.sleep(FEAST_RETRY_S)
     with RerankClient(server.grpc, "grpc") as c:  # Redis is back (empty): Feast is asked again
-        assert [x.status for x in c.rerank(QUERY, [OUTAGE_IDS[4]])] == ["recompute"]
+        assert [x.status for x in c.rerank(QUERY, [outage_ids[4]])] == ["recompute"]
     assert model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_miss") == misses + 1
 
 
-def test_serve_stops_on_sigterm(server: Endpoints) -> None:
+def test_serve_stops_on_sigterm(server: Endpoints) -> None:  # last: it stops the module's server
     assert server.startup_s > 0
     assert server.serve.stop() == 0
     assert "stopping tritonserver" in server.serve.output

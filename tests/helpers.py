@@ -1,0 +1,123 @@
+"""Shared test helpers (constants, fakes, builders); fixtures live in conftest.py.
+
+Import as `from helpers import ...` (pytest puts tests/ on sys.path, as for tiny.py and services.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from prometheus_client import REGISTRY
+
+from reranker import GistReranker
+from reranker.core.kv import GistKV
+from reranker.core.model import QueryTail
+from reranker.core.render import render_item
+from reranker.serving.lookup import ByteLRU, FeastWriteBack, KVLookup
+from reranker.store import FeatureStoreUnavailableError, GistRow, WriteResult
+from streaming.catalog import Catalog
+
+# ------------------------------------------------------------------------------------ model inputs
+ITEMS = [
+    "Acme UltraPhone 15 Pro 256GB titanium blue, 2023 model, part number AP-15P-256-BL.",
+    "kettle",
+    "Stainless steel kettle 1.7 L, 2200 W, auto shut-off, BPA free. Warranty: 2 years. " * 4,
+    "Wireless noise cancelling headphones, over-ear, 2021, black.",
+]
+QUERY = "256GB phone 2023"
+
+
+def forward_scores(
+    model: GistReranker, rows: list[torch.Tensor], item_lens: torch.Tensor | None, tail: QueryTail
+) -> torch.Tensor:
+    """Scores of hand-built rows of embeddings that end in `tail`, through the model's own forward
+    (gist mask when `item_lens`, else plain causal) and score rule."""
+    with torch.no_grad():
+        out, seq_lens = model.forward_rows(rows, item_lens)
+        tails = model.tails(out.last_hidden_state, seq_lens, len(tail.targets))
+        return model.tail_scores(tails, tail.targets)
+
+
+# --------------------------------------------------------------------------------- catalog and store
+# The `catalog` fixture's items: item id → (title, attributes, description).
+CATALOG_ITEMS = {
+    f"item-{n}": (f"{name} model {n}", {"year": 2020 + n % 4, "storage": f"{64 * (n % 3 + 1)}GB"}, desc)
+    for n, (name, desc) in enumerate(
+        [
+            ("Acme phone", "A phone with a titanium frame."),
+            ("Stainless kettle", "Boils 1.7 L quickly, auto shut-off."),
+            ("Noise cancelling headphones", "Over-ear, black, 30 h battery."),
+            ("Acme tablet", "11 inch screen, pen support."),
+            ("USB-C cable", "Braided, 2 m, 100 W."),
+            ("Phone case", "Blue silicone case for the Acme phone."),
+        ]
+    )
+}
+
+
+def text_of(catalog: Catalog, item_id: str) -> str:
+    """The rendered text of catalog item `item_id` (what the model compresses)."""
+    item = catalog.get([item_id])[item_id]
+    return render_item(item.title, item.attributes, item.description)
+
+
+def catalog_row(catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None = None) -> GistRow:
+    """`item_id`'s row holding `kv`, under the item's current content hash and version.
+
+    `blob` is stored in place of the encoded `kv`: a damaged or foreign blob behind truthful columns.
+    """
+    item = catalog.get([item_id])[item_id]
+    row = GistRow.encode(item_id, kv, item.content_hash, item.version)
+    return row if blob is None else dataclasses.replace(row, kv=blob)
+
+
+class FakeStore:
+    """GistStore's read/write contract in memory, with a switch that makes it unavailable."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, GistRow] = {}
+        self.down = False
+        self.reads = 0
+
+    def read(self, item_ids: list[str]) -> dict[str, GistRow | None]:
+        self.reads += 1
+        if self.down:
+            raise FeatureStoreUnavailableError("redis at 127.0.0.1:1: connection refused")
+        return {i: self.rows.get(i) for i in dict.fromkeys(item_ids)}
+
+    def write(self, rows: list[GistRow]) -> WriteResult:
+        if self.down:
+            raise FeatureStoreUnavailableError("redis at 127.0.0.1:1: connection refused")
+        self.rows.update((r.item_id, r) for r in rows)
+        return WriteResult(tuple(r.item_id for r in rows), ())
+
+
+# ----------------------------------------------------------------------------------------- serving
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_lookup(model, catalog, store=None, clock=None, l1_bytes=1 << 24):
+    """A `KVLookup` over `model` and `catalog` (L1 TTL 60 s on `clock`); with `store`, its write-back."""
+    clock = clock or FakeClock()
+    writeback = FeastWriteBack(store) if store is not None else None
+    lookup = KVLookup(model, ByteLRU(l1_bytes, 60.0, clock), catalog, store, writeback, clock=clock)
+    return lookup, writeback
+
+
+def metric(name: str, **labels: str) -> float:
+    """The in-process Prometheus sample `name{labels}`, 0 before its first use."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def bytes_array(values: list[object]) -> np.ndarray:
+    """A 1-D object array of `values` as they are (Triton's BYTES tensor as the backend receives it)."""
+    out = np.empty(len(values), dtype=np.object_)
+    out[:] = values
+    return out

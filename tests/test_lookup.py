@@ -1,0 +1,250 @@
+"""reranker/serving/lookup.py: the L1 byte bound, the three lookup tiers (L1, Feast, recompute) and
+the Feast write-back, against an in-memory store and catalog."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from helpers import FakeClock, FakeStore, catalog_row, make_lookup, metric, text_of
+from sqlalchemy.exc import OperationalError
+
+from reranker.core import kv_codec
+from reranker.core.errors import EmptyInputError
+from reranker.core.kv import GistKV
+from reranker.serving.lookup import ByteLRU, FeastWriteBack, WriteBackJob
+from reranker.serving.status import Status
+from reranker.store import GistRow
+from streaming.catalog import Catalog
+
+
+def row_for(model, catalog: Catalog, item_id: str, kv: GistKV | None = None) -> GistRow:
+    """`catalog_row` holding `kv`, by default `model`'s K/V of the item."""
+    return catalog_row(catalog, item_id, kv or model.compress([text_of(catalog, item_id)])[0])
+
+
+# ------------------------------------------------------------------------------------------------ L1
+def fake_kv(nbytes: int, tag: str = "x") -> GistKV:
+    assert nbytes % 8 == 0  # K and V of fp32 channels: 8 bytes per channel
+    return GistKV(kv=torch.zeros(1, 2, 1, 1, nbytes // 8), fingerprint=tag, item_tokens=1)
+
+
+def test_l1_is_bounded_in_bytes_and_evicts_least_recently_used() -> None:
+    l1 = ByteLRU(max_bytes=288, ttl_s=60)
+    for key in "abc":
+        assert l1.put(key, fake_kv(96))
+    assert l1.nbytes == 288 and len(l1) == 3
+    assert l1.get("a") is not None  # a is now the most recently used
+    evicted = metric("gistrank_l1_cache_evictions_total")
+    l1.put("d", fake_kv(96))
+    assert l1.get("b") is None and l1.get("a") is not None and l1.get("d") is not None
+    assert l1.nbytes == 288
+    assert metric("gistrank_l1_cache_evictions_total") == evicted + 1
+    assert metric("gistrank_l1_cache_bytes") == 288
+
+
+def test_l1_refuses_entries_over_the_bound_and_replaces_in_place() -> None:
+    l1 = ByteLRU(max_bytes=200, ttl_s=60)
+    assert not l1.put("huge", fake_kv(400))
+    assert l1.get("huge") is None and l1.nbytes == 0
+    l1.put("a", fake_kv(96, "v1"))
+    l1.put("a", fake_kv(160, "v2"))
+    assert l1.nbytes == 160 and len(l1) == 1 and l1.get("a").fingerprint == "v2"
+
+
+def test_l1_entries_expire_after_ttl() -> None:
+    clock = FakeClock()
+    l1 = ByteLRU(max_bytes=1000, ttl_s=10, clock=clock)
+    l1.put("a", fake_kv(96))
+    clock.now += 9.9
+    assert l1.get("a") is not None
+    clock.now += 0.2
+    assert l1.get("a") is None and l1.nbytes == 0
+
+
+def test_l1_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError):
+        ByteLRU(max_bytes=-1, ttl_s=1)
+    with pytest.raises(ValueError):
+        ByteLRU(max_bytes=1, ttl_s=0)
+
+
+# -------------------------------------------------------------------------------------- lookup tiers
+def test_feast_miss_recomputes_writes_back_and_then_hits_l1(tiny_model, catalog) -> None:
+    store = FakeStore()
+    lookup, writeback = make_lookup(tiny_model, catalog, store)
+    ids = ["item-0", "item-1", "item-2"]
+    before = {
+        "miss": metric("gistrank_recompute_fallbacks_total", reason="feast_miss"),
+        "l1_miss": metric("gistrank_cache_misses_total", tier="l1"),
+        "l1_hit": metric("gistrank_cache_hits_total", tier="l1"),
+        "written": metric("gistrank_feast_writebacks_total", result="written"),
+    }
+    first = lookup.fetch(ids)
+    assert [first[i].status for i in ids] == [Status.RECOMPUTE] * 3
+    expected = tiny_model.compress([text_of(catalog, i) for i in ids])
+    for i, kv in zip(ids, expected, strict=True):
+        torch.testing.assert_close(first[i].kv.kv, kv.kv, rtol=1e-5, atol=1e-6)
+    assert metric("gistrank_recompute_fallbacks_total", reason="feast_miss") == before["miss"] + 3
+    assert metric("gistrank_cache_misses_total", tier="l1") == before["l1_miss"] + 3
+
+    assert writeback.drain(10)
+    assert metric("gistrank_feast_writebacks_total", result="written") == before["written"] + 3
+    for i in ids:
+        row = store.rows[i]
+        decoded = kv_codec.decode(row.kv, expected_fingerprint=tiny_model.fingerprint)
+        assert row.fingerprint == tiny_model.fingerprint
+        assert row.content_hash == catalog.get([i])[i].content_hash == decoded.content_hash
+        assert row.version == catalog.get([i])[i].version
+
+    reads = store.reads
+    second = lookup.fetch(ids + ids)  # duplicates collapse
+    assert set(second) == set(ids) and all(r.status is Status.L1 for r in second.values())
+    assert store.reads == reads  # L1 hits never reach Feast
+    assert metric("gistrank_cache_hits_total", tier="l1") == before["l1_hit"] + 3
+    writeback.close()
+
+
+def test_feast_hit_is_decoded_and_cached_in_l1(tiny_model, catalog) -> None:
+    store = FakeStore()
+    store.rows["item-3"] = row_for(tiny_model, catalog, "item-3")
+    lookup, writeback = make_lookup(tiny_model, catalog, store)
+    hits = metric("gistrank_cache_hits_total", tier="feast")
+    assert lookup.fetch(["item-3"])["item-3"].status is Status.FEAST
+    assert metric("gistrank_cache_hits_total", tier="feast") == hits + 1
+    assert lookup.fetch(["item-3"])["item-3"].status is Status.L1
+    writeback.close()
+
+
+def _foreign_kv(kv: GistKV) -> GistKV:
+    return GistKV(kv=kv.kv, fingerprint="0" * 32, item_tokens=kv.item_tokens)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        ("foreign_row", "foreign_fingerprint"),
+        ("foreign_blob", "foreign_fingerprint"),
+        ("flipped_byte", "corrupt_blob"),
+        ("truncated", "corrupt_blob"),
+        ("not_a_blob", "corrupt_blob"),
+        ("wrong_shape", "corrupt_blob"),
+    ],
+)
+def test_unusable_feast_rows_are_recomputed_and_counted(
+    tiny_model, catalog, damage: str, reason: str
+) -> None:
+    good = row_for(tiny_model, catalog, "item-4")
+    kv = tiny_model.compress([text_of(catalog, "item-4")])[0]
+    if damage == "foreign_row":  # another model's row: its column already says so
+        row = row_for(tiny_model, catalog, "item-4", kv=_foreign_kv(kv))
+    elif damage == "foreign_blob":  # the column claims this model, the blob inside does not
+        blob = kv_codec.encode(_foreign_kv(kv), good.content_hash)
+        row = GistRow(**{**good.__dict__, "kv": blob})
+    elif damage == "flipped_byte":
+        blob = bytearray(good.kv)
+        blob[len(blob) // 2] ^= 0xFF
+        row = GistRow(**{**good.__dict__, "kv": bytes(blob)})
+    elif damage == "truncated":
+        row = GistRow(**{**good.__dict__, "kv": good.kv[:-10]})
+    elif damage == "not_a_blob":
+        row = GistRow(**{**good.__dict__, "kv": b"\x80\x04pickle?"})
+    else:  # intact blob of this fingerprint whose K/V does not fit the model (k differs)
+        cut = GistKV(
+            kv=kv.kv[:, :, :, :2].contiguous(), fingerprint=kv.fingerprint, item_tokens=kv.item_tokens
+        )
+        row = GistRow(**{**good.__dict__, "kv": kv_codec.encode(cut, good.content_hash)})
+    store = FakeStore()
+    store.rows["item-4"] = row
+    lookup, writeback = make_lookup(tiny_model, catalog, store)
+    before = metric("gistrank_recompute_fallbacks_total", reason=reason)
+    got = lookup.fetch(["item-4"])["item-4"]
+    assert got.status is Status.RECOMPUTE
+    torch.testing.assert_close(got.kv.kv, kv.kv, rtol=1e-5, atol=1e-6)  # the recomputed K/V, not the row's
+    assert got.kv.fingerprint == tiny_model.fingerprint
+    assert metric("gistrank_recompute_fallbacks_total", reason=reason) == before + 1
+    assert writeback.drain(10)
+    # the write-back replaced the unusable row with a good one
+    rewritten = kv_codec.decode(store.rows["item-4"].kv, expected_fingerprint=tiny_model.fingerprint)
+    torch.testing.assert_close(rewritten.kv.kv, kv.kv, rtol=1e-5, atol=1e-6)
+    writeback.close()
+
+
+def test_feast_unavailable_recomputes_and_backs_off(tiny_model, catalog) -> None:
+    store = FakeStore()
+    store.down = True
+    clock = FakeClock()
+    lookup, writeback = make_lookup(tiny_model, catalog, store, clock)
+    before = metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable")
+    failed = metric("gistrank_feast_writebacks_total", result="failed")
+    got = lookup.fetch(["item-0", "item-1"])
+    assert all(r.status is Status.RECOMPUTE for r in got.values())
+    assert metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable") == before + 2
+    assert writeback.drain(10)
+    assert metric("gistrank_feast_writebacks_total", result="failed") == failed + 2
+
+    reads = store.reads
+    assert lookup.fetch(["item-2"])["item-2"].status is Status.RECOMPUTE
+    assert store.reads == reads  # within feast_retry_s the store is not asked again
+    store.down = False
+    clock.now += lookup.feast_retry_s
+    store.rows["item-3"] = row_for(tiny_model, catalog, "item-3")
+    assert lookup.fetch(["item-3"])["item-3"].status is Status.FEAST
+    writeback.close()
+
+
+def test_unknown_items_and_catalog_outage_are_per_candidate_errors(tiny_model, catalog) -> None:
+    lookup, _ = make_lookup(tiny_model, catalog)
+    got = lookup.fetch(["item-0", "no-such-item"])
+    assert got["item-0"].status is Status.RECOMPUTE
+    assert got["no-such-item"] == type(got["no-such-item"])(Status.UNKNOWN_ITEM)
+    assert got["no-such-item"].kv is None
+
+    catalog.delete("item-5")
+    assert lookup.fetch(["item-5"])["item-5"].status is Status.UNKNOWN_ITEM
+
+    class DownCatalog:
+        def get(self, item_ids):
+            raise OperationalError("SELECT", {}, Exception("database is locked"))
+
+    lookup, _ = make_lookup(tiny_model, DownCatalog())
+    assert lookup.fetch(["item-1"])["item-1"].status is Status.CATALOG_UNAVAILABLE
+
+
+def test_one_uncompressible_item_does_not_fail_the_others(tiny_model, catalog) -> None:
+    class Flaky:
+        """The tiny model, except that any batch containing "kettle" is refused."""
+
+        fingerprint = tiny_model.fingerprint
+        dtype = tiny_model.dtype
+        check_kv = tiny_model.check_kv
+
+        def compress(self, items, batch_size=16):
+            if any("kettle" in text for text in items):
+                raise EmptyInputError("refused")
+            return tiny_model.compress(items, batch_size)
+
+    lookup, _ = make_lookup(Flaky(), catalog)
+    got = lookup.fetch(["item-0", "item-1", "item-2"])
+    assert got["item-1"].status is Status.RECOMPUTE_FAILED
+    assert got["item-0"].status is Status.RECOMPUTE and got["item-2"].status is Status.RECOMPUTE
+
+
+def test_writeback_queue_full_drops_and_counts(tiny_model) -> None:
+    gate = threading.Event()
+
+    class SlowStore(FakeStore):
+        def write(self, rows):
+            gate.wait(10)
+            return super().write(rows)
+
+    writeback = FeastWriteBack(SlowStore(), maxsize=1)
+    job = [WriteBackJob("item-0", fake_kv(64, tiny_model.fingerprint), "h", 1)]
+    dropped = metric("gistrank_feast_writebacks_total", result="dropped")
+    for _ in range(4):  # one being written, one queued, the rest refused
+        writeback.submit(job)
+    assert metric("gistrank_feast_writebacks_total", result="dropped") >= dropped + 1
+    gate.set()
+    assert writeback.drain(10)
+    writeback.close()

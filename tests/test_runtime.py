@@ -1,0 +1,20 @@
+"""reranker/serving/runtime.py: the model parameters of the shipped Triton configs parse as the runtime's."""
+
+from __future__ import annotations
+
+import pytest
+
+from reranker.serving.runtime import FullParams, GistParams
+from reranker.serving.server import FULL_MODEL, GIST_MODEL, TEMPLATE_REPO, read_parameters
+
+
+def test_config_parameters_are_exactly_the_runtime_parameters() -> None:
+    gist = read_parameters((TEMPLATE_REPO / GIST_MODEL / "config.pbtxt").read_text())
+    full = read_parameters((TEMPLATE_REPO / FULL_MODEL / "config.pbtxt").read_text())
+    params = GistParams.parse(gist)
+    assert params.metrics_address == "127.0.0.1" and 0 < params.shadow_rate < 0.1
+    FullParams.parse(full)
+    with pytest.raises(ValueError, match=r"unknown \['typo'\], missing \['metrics_port'\]"):
+        GistParams.parse({**{k: v for k, v in gist.items() if k != "metrics_port"}, "typo": "1"})
+    with pytest.raises(ValueError, match="l1_bytes='lots' is not a valid int"):
+        GistParams.parse({**gist, "l1_bytes": "lots"})
