@@ -316,11 +316,15 @@ def evaluate(
     ] = False,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
+    from reranker.core.errors import GistRankError
     from reranker.evaluation.evaluate import evaluate as run_eval
 
     if not student and not full_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
-    relevance = _load_data(data, seed, products, max_item_tokens)
+    try:
+        relevance = _load_data(data, seed, products, max_item_tokens)
+    except GistRankError as exc:  # a bad relevance file: one line naming its file and line, no traceback
+        raise typer.BadParameter(str(exc), param_hint="--data") from exc
     result = run_eval(
         relevance,
         teacher,
@@ -333,7 +337,7 @@ def evaluate(
     )
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot
-    typer.echo(f"{result['queries']} queries; wrote {out}/results.json, report.md{plots}")
+    typer.echo(f"{result.queries} queries; wrote {out}/results.json, report.md{plots}")
 
 
 @app.command(name="eval-merge")
@@ -343,18 +347,20 @@ def eval_merge(
 ) -> None:
     """Join evaluations of different students on the same teacher and queries (one per trained k) into
     one results.json, report.md and set of plots."""
-    from reranker.evaluation.evaluate import merge_results, write_outputs
+    from reranker.evaluation.evaluate import EvalResult, merge_results, write_outputs
 
     for run in runs:
         if not (run / "results.json").is_file():
             raise typer.BadParameter(f"{run}/results.json does not exist")
     try:
-        merged = merge_results([json.loads((run / "results.json").read_text()) for run in runs])
+        merged = merge_results(
+            [EvalResult.from_json(json.loads((run / "results.json").read_text())) for run in runs]
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     write_outputs(merged, out)
     typer.echo((out / "report.md").read_text())
-    typer.echo(f"{len(merged['systems'])} systems; wrote {out}/results.json, report.md and plots")
+    typer.echo(f"{len(merged.systems)} systems; wrote {out}/results.json, report.md and plots")
 
 
 if __name__ == "__main__":

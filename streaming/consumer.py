@@ -79,23 +79,6 @@ _DLQ_ENVELOPE_BYTES = 64 * 1024
 _DLQ_MAX_KEY_BYTES = 4 * 1024
 
 
-def dead_letter_reason_code(reason: str) -> str:
-    """Map an `InvalidEventError` reason to its bounded metric label (DEAD_LETTER_REASONS).
-
-    The prefixes are the messages `streaming.events.decode_event` raises; anything else is a schema error.
-    """
-    prefixes = (
-        ("value must be bytes", "tombstone"),
-        ("event is ", "oversized"),
-        ("value is not valid UTF-8", "invalid_utf8"),
-        ("invalid JSON", "invalid_json"),
-        ("event must be a JSON object", "invalid_json"),
-        ("record has no key", "bad_key"),
-        ("key ", "bad_key"),
-    )
-    return next((code for prefix, code in prefixes if reason.startswith(prefix)), "schema")
-
-
 @dataclass(frozen=True)
 class DeadLetter:
     record: ConsumerRecord
@@ -364,7 +347,7 @@ class GistConsumer:
             try:
                 valid.append(_Pending(decode_event(record.key, record.value), record))
             except InvalidEventError as exc:
-                dead.append(DeadLetter(record, exc.reason, dead_letter_reason_code(exc.reason)))
+                dead.append(DeadLetter(record, exc.reason, exc.code))
         return valid, dead
 
     @staticmethod

@@ -15,10 +15,9 @@ Wire format: Kafka key = the item id (UTF-8), value = one JSON object
 * Unknown top-level or `fields` keys are ignored, so producers can add keys without sending every
   older consumer's traffic to the dead-letter topic.
 
-Every problem with received bytes surfaces as `InvalidEventError` with a one-line reason for the
-dead-letter topic. It is a plain `ValueError` subclass, not a `reranker.core.errors.GistRankError`:
-importing the `reranker` package loads torch (seconds), and validating events must stay cheap for
-producers and the CLI.
+Every problem with received bytes surfaces as `InvalidEventError` (a `ValueError`): a one-line
+`reason` for people and a `code` from a small fixed set for the dead-letter record and its metric
+label.
 """
 
 from __future__ import annotations
@@ -61,11 +60,14 @@ _BAD_IN_ID = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 class InvalidEventError(ValueError):
-    """A change event that cannot be accepted; `reason` says why (sent along to the dead-letter topic)."""
+    """A change event that cannot be accepted; `reason` says why in one line, `code` names the kind of
+    problem: tombstone, oversized, invalid_utf8, invalid_json, bad_key or schema (both go to the
+    dead-letter record; `code` is also its metric label, one of monitoring.metrics.DEAD_LETTER_REASONS)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, code: str) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.code = code
 
 
 def _check_text(value: str) -> str:
@@ -257,23 +259,27 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
 def decode_event(key: bytes | None, value: bytes) -> ChangeEvent:
     """Validate one change-topic record. Raises `InvalidEventError`, never anything else, on bad input."""
     if not isinstance(value, bytes | bytearray | memoryview):
-        raise InvalidEventError(f"value must be bytes, got {type(value).__name__} (a tombstone?)")
+        raise InvalidEventError(
+            f"value must be bytes, got {type(value).__name__} (a tombstone?)", "tombstone"
+        )
     if len(value) > MAX_EVENT_BYTES:
-        raise InvalidEventError(f"event is {len(value)} bytes, over the limit of {MAX_EVENT_BYTES}")
+        raise InvalidEventError(
+            f"event is {len(value)} bytes, over the limit of {MAX_EVENT_BYTES}", "oversized"
+        )
     try:
         text = bytes(value).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidEventError(f"value is not valid UTF-8 (byte {exc.start})") from None
+        raise InvalidEventError(f"value is not valid UTF-8 (byte {exc.start})", "invalid_utf8") from None
     try:
         data = strict_json_loads(text)
     except ValueError as exc:
-        raise InvalidEventError(f"invalid JSON: {exc}") from None
+        raise InvalidEventError(f"invalid JSON: {exc}", "invalid_json") from None
     if not isinstance(data, dict):
-        raise InvalidEventError(f"event must be a JSON object, got {type(data).__name__}")
+        raise InvalidEventError(f"event must be a JSON object, got {type(data).__name__}", "invalid_json")
     try:
         event = ChangeEvent.model_validate(data)
     except ValidationError as exc:
-        raise InvalidEventError(validation_reason(exc)) from None
+        raise InvalidEventError(validation_reason(exc), "schema") from None
     _check_key(key, event.item_id)
     return event
 
@@ -281,15 +287,15 @@ def decode_event(key: bytes | None, value: bytes) -> ChangeEvent:
 def _check_key(key: bytes | None, item_id: str) -> None:
     # Per-item ordering holds only within a partition, and the partition comes from the key.
     if key is None:
-        raise InvalidEventError("record has no key; the key must be the item_id")
+        raise InvalidEventError("record has no key; the key must be the item_id", "bad_key")
     if not isinstance(key, bytes | bytearray | memoryview):
-        raise InvalidEventError(f"key must be bytes, got {type(key).__name__}")
+        raise InvalidEventError(f"key must be bytes, got {type(key).__name__}", "bad_key")
     try:
         key_text = bytes(key).decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidEventError("key is not valid UTF-8") from None
+        raise InvalidEventError("key is not valid UTF-8", "bad_key") from None
     if key_text != item_id:
-        raise InvalidEventError(f"key {key_text[:80]!r} does not match item_id {item_id[:80]!r}")
+        raise InvalidEventError(f"key {key_text[:80]!r} does not match item_id {item_id[:80]!r}", "bad_key")
 
 
 def format_timestamp(moment: datetime) -> str:

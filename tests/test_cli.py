@@ -139,6 +139,18 @@ def test_train_refuses_bad_options_with_their_names(tiny_base: Path, tmp_path: P
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+def test_eval_refuses_a_duplicated_relevance_row_naming_file_and_line(tmp_path: Path) -> None:
+    row = {"query_id": "q1", "query": "blue phone", "item_id": "i1", "item_text": "Phone, blue", "label": 2}
+    data = tmp_path / "rel.jsonl"
+    data.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+    args = ["eval", "--teacher", str(tmp_path / "teacher"), "--student", str(tmp_path / "student")]
+    result = runner.invoke(app, [*args, "--data", str(data)])
+    assert result.exit_code == 2 and not isinstance(result.exception, ValueError)  # a usage error
+    message = unboxed(result.output)
+    assert f"{data}:2:duplicatejudgmentforquery'q1',item'i1'(firstonline1)".replace(" ", "") in message
+    assert "Traceback" not in result.output
+
+
 @pytest.mark.kafka
 @pytest.mark.triton
 def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,13 @@ from tiny import tiny_relevance_set
 
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
+from reranker.evaluation.baselines import bm25_scores
 from reranker.evaluation.evaluate import (
     METRICS,
-    bm25_scores,
+    Difference,
+    EvalResult,
+    QueryRecord,
+    SystemFacts,
     evaluate,
     merge_results,
     paired_differences,
@@ -67,27 +72,28 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     prefix |= {f"prefix {n} · gist t=3 k=2" for n in (3 + 1, 3 + 2)}
     full = f"full context · {teacher_path}"  # another full-context model: here the teacher itself
     systems = {"teacher", "bm25", "no item", full} | trained | hybrid | prefix
-    assert set(result["summary"]) == systems
-    assert result["full_models"] == [str(teacher_path)]
-    assert [{**r, "system": "teacher"} for r in result["records"] if r["system"] == full] == [
-        r for r in result["records"] if r["system"] == "teacher"
+    assert set(result.summary) == systems
+    assert result.full_models == [str(teacher_path)]
+    assert [replace(r, system="teacher") for r in result.records if r.system == full] == [
+        r for r in result.records if r.system == "teacher"
     ]
-    assert result["systems"]["gist t=3 k=2"] == {"family": "gist t=3", "positions": 5}
-    assert result["systems"]["prefix 5 · gist t=3 k=2"] == {
-        "family": "prefix · gist t=3 k=2",
-        "positions": 5,
-        "control_of": "gist t=3 k=2",
-    }
-    assert len(result["records"]) == len(systems) * 2  # two test queries
-    teacher = result["summary"]["teacher"]["all"]
+    assert result.systems["gist t=3 k=2"] == SystemFacts("gist t=3", 5)
+    assert result.systems["prefix 5 · gist t=3 k=2"] == SystemFacts(
+        "prefix · gist t=3 k=2", 5, control_of="gist t=3 k=2"
+    )
+    assert len(result.records) == len(systems) * 2  # two test queries
+    teacher = result.summary["teacher"].all
     assert teacher["recall@1"] == teacher["recall@5"] == 1.0  # the reference agrees with itself
-    for system, s in result["summary"].items():
-        assert set(METRICS) <= set(s["all"]), system
-        assert all(0.0 <= s["all"][m] <= 1.0 for m in METRICS)
-        assert s["hard"] is not None and s["hard"]["n"] == 1
-        assert s["by_length_quartile"]
+    for system, s in result.summary.items():
+        assert set(METRICS) <= set(s.all), system
+        assert all(0.0 <= s.all[m] <= 1.0 for m in METRICS)
+        assert s.hard is not None and s.hard["n"] == 1
+        assert s.by_length_quartile
     saved = json.loads((out / "results.json").read_text())
-    assert saved["summary"] == result["summary"]
+    assert saved == json.loads(json.dumps(result.to_json()))
+    assert EvalResult.from_json(saved) == result  # results.json reads back to the same result
+    assert saved["systems"]["gist t=3 k=2"] == {"family": "gist t=3", "positions": 5}  # the file format
+    assert set(saved["records"][0]) == {"system", "query_id", "hard", "length_quartile", *METRICS}
     report = (out / "report.md").read_text()
     assert all(system in report for system in systems)
     assert {p.name for p in out.glob("*.png")} == {
@@ -104,9 +110,9 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         for i, (group, fulls) in enumerate(((students[:1], []), (students[1:], [teacher_path])))
     ]
     merged = merge_results(parts)
-    assert merged["systems"] == result["systems"] and merged["summary"] == result["summary"]
-    assert merged["full_models"] == result["full_models"]
-    assert sorted(map(json.dumps, merged["records"])) == sorted(map(json.dumps, result["records"]))
+    assert merged.systems == result.systems and merged.summary == result.summary
+    assert merged.full_models == result.full_models
+    assert sorted(map(repr, merged.records)) == sorted(map(repr, result.records))
     write_outputs(merged, tmp_path / "merged")
     assert (tmp_path / "merged" / "report.md").read_text() == report
     # two runs of one layout in one evaluation: each named by its run folder, neither overwrites the other
@@ -120,43 +126,43 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         prefix_ks=(),
     )
     runs = {"student0-2", "rerun"}
-    assert {f"gist k=2 · {run}" for run in runs} <= set(pair["summary"])
-    assert {f"prefix 2 · gist k=2 · {run}" for run in runs} <= set(pair["summary"])
-    assert pair["systems"]["gist k=2 · rerun"] == {"family": "gist · rerun", "positions": 2}
+    assert {f"gist k=2 · {run}" for run in runs} <= set(pair.summary)
+    assert {f"prefix 2 · gist k=2 · {run}" for run in runs} <= set(pair.summary)
+    assert pair.systems["gist k=2 · rerun"] == SystemFacts("gist · rerun", 2)
     by_run = {
-        run: [r | {"system": ""} for r in pair["records"] if r["system"] == f"gist k=2 · {run}"]
-        for run in runs
+        run: [replace(r, system="") for r in pair.records if r.system == f"gist k=2 · {run}"] for run in runs
     }
     assert by_run["rerun"] == by_run["student0-2"] and len(by_run["rerun"]) == 2  # same weights, same scores
     with pytest.raises(ValueError, match="repeat a layout and a run folder name"):
         evaluate(data, teacher_path, [students[0], students[0]], tmp_path / "twice", device="cpu")
     with pytest.raises(ValueError, match="teacher differs"):
-        merge_results([parts[0], parts[1] | {"teacher": "another"}])
-    tampered = json.loads(json.dumps(parts[1]))
+        merge_results([parts[0], replace(parts[1], teacher="another")])
+    tampered = json.loads(json.dumps(parts[1].to_json()))
     next(r for r in tampered["records"] if r["system"] == "bm25")["ndcg@10"] = -1.0
     with pytest.raises(ValueError, match="system 'bm25' differs"):
-        merge_results([parts[0], tampered])
+        merge_results([parts[0], EvalResult.from_json(tampered)])
 
 
 def test_paired_differences_by_hand() -> None:
     ndcg = {"gist k=2": [1.0, 0.5, 0.2], "prefix 2 · gist k=2": [0.5, 0.5, 0.4]}
     records = [
-        {"system": system, "query_id": f"q{i}", "ndcg@10": value, "recall@5": 1.0}
+        QueryRecord(system, f"q{i}", False, 0, {"ndcg@10": value, "recall@5": 1.0})
         for system, values in ndcg.items()
         for i, value in enumerate(values)
     ]
     systems = {
-        "gist k=2": {"family": "gist", "positions": 2},
-        "prefix 2 · gist k=2": {"family": "prefix · gist k=2", "positions": 2, "control_of": "gist k=2"},
-        "bm25": {"family": "bm25", "positions": None},
+        "gist k=2": SystemFacts("gist", 2),
+        "prefix 2 · gist k=2": SystemFacts("prefix · gist k=2", 2, control_of="gist k=2"),
+        "bm25": SystemFacts("bm25", None),
     }
-    [row] = paired_differences({"records": records, "systems": systems})
-    assert (row["student"], row["control"]) == ("gist k=2", "prefix 2 · gist k=2")
-    assert math.isclose(row["ndcg@10"]["mean"], (0.5 + 0.0 - 0.2) / 3)
-    assert (row["ndcg@10"]["better"], row["ndcg@10"]["worse"]) == (1, 1)
-    low, high = row["ndcg@10"]["ci95"]
-    assert -0.2 - 1e-12 <= low < row["ndcg@10"]["mean"] < high <= 0.5 + 1e-12  # within the extremes
-    assert row["recall@5"] == {"mean": 0.0, "ci95": [0.0, 0.0], "better": 0, "worse": 0}
+    [row] = paired_differences(records, systems)
+    assert (row.student, row.control) == ("gist k=2", "prefix 2 · gist k=2")
+    ndcg10 = row.by_metric["ndcg@10"]
+    assert math.isclose(ndcg10.mean, (0.5 + 0.0 - 0.2) / 3)
+    assert (ndcg10.better, ndcg10.worse) == (1, 1)
+    low, high = ndcg10.ci95
+    assert -0.2 - 1e-12 <= low < ndcg10.mean < high <= 0.5 + 1e-12  # within the extremes
+    assert row.by_metric["recall@5"] == Difference(mean=0.0, ci95=[0.0, 0.0], better=0, worse=0)
 
 
 def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
@@ -176,16 +182,16 @@ def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
     )
     alone = evaluate(data, untouched, [untouched], tmp_path / "alone", device="cpu", prefix_ks=(1,))
 
-    def rows(res: dict, system: str) -> list[dict]:
-        return [r | {"system": ""} for r in res["records"] if r["system"] == system]
+    def rows(res: EvalResult, system: str) -> list[QueryRecord]:
+        return [replace(r, system="") for r in res.records if r.system == system]
 
     controls = ["untrained gists k=2", "prefix 1 · gist k=2", "prefix 2 · gist k=2"]
     for control in controls:
         base_read = f"{control} · untouched base"
-        assert result["systems"][base_read]["control_of"] == "gist k=2"
+        assert result.systems[base_read].control_of == "gist k=2"
         assert rows(result, base_read) == rows(alone, control) and len(rows(alone, control)) == 2
     assert rows(result, "gist k=2") != rows(alone, "gist k=2")  # the student did train its body
-    paired = {row["control"]: row for row in paired_differences(result)}
+    paired = {row.control: row for row in paired_differences(result.records, result.systems)}
     assert set(paired) == {c + tag for c in controls for tag in ("", " · untouched base")}
     report = (tmp_path / "eval" / "report.md").read_text()
     assert "| gist k=2 | prefix 1 · gist k=2 · untouched base |" in report

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from monitoring.metrics import DEAD_LETTER_REASONS
 from streaming.events import (
     MAX_ATTRIBUTE_LIST_ITEMS,
     MAX_ATTRIBUTES,
@@ -50,6 +51,7 @@ def reason_of(key: bytes | None, value: bytes) -> str:
     with pytest.raises(InvalidEventError) as info:
         decode_event(key, value)
     assert info.value.reason == str(info.value)
+    assert info.value.code in DEAD_LETTER_REASONS
     return info.value.reason
 
 
@@ -193,6 +195,29 @@ def test_tombstone_value_is_rejected() -> None:
     assert "tombstone" in reason_of(b"p-1", None)  # type: ignore[arg-type]
 
 
+CODES = [
+    ("tombstone", b"p-1", None),
+    ("oversized", b"p-1", b" " * (MAX_EVENT_BYTES + 1)),
+    ("invalid_utf8", b"p-1", b"\xff\xfe\x00binary"),
+    ("invalid_json", b"p-1", b"{not json"),
+    ("invalid_json", b"p-1", b"[1, 2]"),  # JSON, but not an object
+    ("bad_key", None, raw(upsert())),
+    ("bad_key", b"p-2", raw(upsert())),
+    ("bad_key", b"\xff", raw(upsert())),
+    ("schema", b"p-1", raw(upsert(op="merge"))),
+    ("schema", b"p-1", raw(with_fields(title=""))),
+]
+
+
+@pytest.mark.parametrize(("code", "key", "value"), CODES)
+def test_each_kind_of_problem_carries_its_dead_letter_code(
+    code: str, key: bytes | None, value: bytes | None
+) -> None:
+    with pytest.raises(InvalidEventError) as info:
+        decode_event(key, value)  # type: ignore[arg-type]
+    assert info.value.code == code
+
+
 def test_largest_valid_event_fits_the_byte_limit() -> None:
     # 4-byte characters everywhere text is allowed, and the widest integers elsewhere: the limits are
     # consistent only if everything the schema accepts also encodes under MAX_EVENT_BYTES.
@@ -222,7 +247,7 @@ def assert_decodes_or_rejects(key: bytes | None, value: bytes) -> None:
     try:
         event = decode_event(key, value)
     except InvalidEventError as exc:
-        assert exc.reason
+        assert exc.reason and exc.code in DEAD_LETTER_REASONS
         return
     assert isinstance(event, ChangeEvent)
     again_key, again_value = encode_event(event)

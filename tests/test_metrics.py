@@ -14,6 +14,8 @@ from reranker.evaluation.ranking_metrics import (
     ndcg_at_k,
     ranking,
     recall_at_k_vs_reference,
+    top_k,
+    top_k_overlap,
 )
 
 LOG2_3 = math.log2(3)  # discount of rank 2
@@ -21,6 +23,19 @@ LOG2_3 = math.log2(3)  # discount of rank 2
 
 def test_ranking_is_score_descending_then_index_ascending() -> None:
     assert ranking([0.2, 0.9, 0.2, 0.5]) == [1, 3, 0, 2]
+
+
+def test_top_k_breaks_ties_by_position() -> None:
+    assert top_k([0.5, 0.9, 0.5, 0.1], 2) == [1, 0]
+    assert top_k([1.0, 1.0, 1.0], 2) == [0, 1]
+    assert top_k([3.0], 5) == [0]
+
+
+def test_top_k_overlap_is_recall_before_dividing() -> None:
+    system, reference = [0.9, 0.8, 0.1, 0.7], [0.9, 0.1, 0.8, 0.7]
+    assert top_k_overlap(system, reference, 2) == (1, 2)  # {0, 1} vs {0, 2}
+    assert top_k_overlap(system, reference, 10) == (4, 4)  # fewer candidates than k
+    assert recall_at_k_vs_reference(system, reference, 2) == 0.5
 
 
 @pytest.mark.parametrize("k", [1, 5, 10])

@@ -52,7 +52,7 @@ def test_serving_bench_tiny(tiny_base: Path, tmp_path: Path) -> None:
         phase_budget_s=300,
     )
     result = json.loads(out.read_text())
-    assert result == json.loads(json.dumps(returned))
+    assert result == json.loads(json.dumps(returned.to_json()))  # the JSON is the returned result
 
     meta = result["meta"]
     assert meta["candidates"] == CANDIDATES and meta["concurrency"] == 2

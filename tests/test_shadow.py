@@ -9,20 +9,20 @@ from helpers import metric
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reranker.serving.shadow import ShadowSampler, overlap_at_k, top_k
-
-
-def test_top_k_breaks_ties_by_position() -> None:
-    assert top_k([0.5, 0.9, 0.5, 0.1], 2) == {1, 0}
-    assert top_k([1.0, 1.0, 1.0], 2) == {0, 1}
-    assert top_k([3.0], 5) == {0}
+from reranker.evaluation.ranking_metrics import recall_at_k_vs_reference
+from reranker.serving.shadow import ShadowSampler, overlap_at_k
 
 
 def test_overlap_at_k_counts_shared_top_k() -> None:
     gist = [0.9, 0.8, 0.1, 0.7, 0.2, 0.3]
     full = [0.8, 0.1, 0.9, 0.7, 0.2, 0.3]
     # top-1: {0} vs {2}; top-5: {0,1,3,5,4} vs {2,0,3,5,4}; top-10: all 6 each
-    assert overlap_at_k(gist, full, (1, 5, 10)) == {1: (0, 1), 5: (4, 5), 10: (6, 6)}
+    overlaps = overlap_at_k(gist, full, (1, 5, 10))
+    assert overlaps == {1: (0, 1), 5: (4, 5), 10: (6, 6)}
+    # the evaluation's recall@K of the same lists: one definition of top-K for both
+    assert {k: o / r for k, (o, r) in overlaps.items()} == {
+        k: recall_at_k_vs_reference(gist, full, k) for k in (1, 5, 10)
+    }
     with pytest.raises(ValueError):
         overlap_at_k([1.0], [1.0, 2.0])
 
@@ -63,10 +63,12 @@ def test_sampler_counts_overlap_failures_and_drops() -> None:
     }
     compared = metric("gistrank_shadow_requests_total", outcome="compared")
     sampler.offer("q", ["a", "b", "c", "d"], [1.0, 5.0, 9.0, 0.0])  # c has no full score: left out
+    sampler.offer("q", ["a", "b", "d"], [1.0, float("nan"), 0.0])  # b has no gist score: left out
     assert sampler.drain(10)
-    assert metric("gistrank_shadow_requests_total", outcome="compared") == compared + 1
-    # gist top-1 {b} vs full {a}: 0/1; top-5 and top-10: all 3 scored by both
-    for k, (overlap, reference) in {1: (0, 1), 5: (3, 3), 10: (3, 3)}.items():
+    assert metric("gistrank_shadow_requests_total", outcome="compared") == compared + 2
+    # first: gist top-1 {b} vs full {a}: 0/1; top-5 and top-10: all 3 scored by both
+    # second: gist top-1 {a} vs full {a}: 1/1; top-5 and top-10: both of a, d
+    for k, (overlap, reference) in {1: (0 + 1, 1 + 1), 5: (3 + 2, 3 + 2), 10: (3 + 2, 3 + 2)}.items():
         assert metric("gistrank_shadow_topk_overlap_total", k=str(k)) == before[k][0] + overlap
         assert metric("gistrank_shadow_topk_reference_total", k=str(k)) == before[k][1] + reference
     sampler.close()

@@ -8,6 +8,7 @@ import torch
 
 from reranker import GistReranker
 from reranker.core.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.evaluation.baselines import compress_prefix
 from reranker.evaluation.ranking_metrics import ndcg_at_k
 from reranker.training.data_synth import generate
 
@@ -47,7 +48,7 @@ def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
     systems = {
         "gist": (model, model.compress(texts)),
         "untrained gists": (base, base.compress(texts)),
-        "prefix 4": (base, base.compress_prefix(texts)),
+        "prefix 4": (base, compress_prefix(base, texts)),
     }
     ndcg = {}
     for name, (reader, kvs) in systems.items():

@@ -42,9 +42,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -53,11 +54,16 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.core.checkpoints import is_checkpoint, resolve_checkpoint
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.errors import GistRankError
 from reranker.core.model import GistReranker
 from reranker.demo.core import sample_queries
+from reranker.demo.pipeline import Steps, serving_checkpoint
+
+if TYPE_CHECKING:
+    from reranker.serving.server import TritonServer
+    from reranker.store import GistStore
+    from streaming.catalog import Catalog
 
 PATHS = ("hit", "feast", "recompute")
 PROTOCOLS = ("http", "grpc")
@@ -66,29 +72,121 @@ EXPECTED_STATUS = {"hit": "l1", "feast": "feast", "recompute": "recompute"}
 REQUEST_HISTOGRAM = "gistrank_rerank_request_duration_seconds"
 SIBLINGS = 3  # data_synth: items per product = 1 + SIBLINGS
 
+Plan = list[tuple[str, list[str]]]  # the requests of one phase: (query, item ids)
+
 
 class BenchError(RuntimeError):
     """The benchmark could not measure a phase (no request of it succeeded)."""
 
 
+# --------------------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class LatencyStats:
+    """n, p50, p99, mean, min, max of a list of durations (seconds; None when empty)."""
+
+    n: int
+    p50_s: float | None
+    p99_s: float | None
+    mean_s: float | None
+    min_s: float | None
+    max_s: float | None
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> LatencyStats:
+        if not seconds:
+            return cls(0, None, None, None, None, None)
+        a = np.asarray(seconds, dtype=np.float64)
+        p50, p99 = (float(x) for x in np.percentile(a, [50, 99]))
+        return cls(len(a), p50, p99, float(a.mean()), float(a.min()), float(a.max()))
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """One server stage over a phase: requests observed, bucket p50/p99, exact mean from _sum/_count."""
+
+    count: int
+    p50_s: float | None
+    p99_s: float | None
+    mean_s: float | None
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Client round trip − server total: Triton's queue, transport, (de)serialisation, backend IPC."""
+
+    p50_s: float | None  # from the server's bucket p50: an estimate
+    mean_s: float | None  # exact
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """One request path over one protocol."""
+
+    requests: int
+    errors: int
+    error_examples: list[str]
+    stopped_by_budget: bool
+    statuses: dict[str, int]  # candidates per cache status the server reported
+    expected_status: str
+    client: LatencyStats
+    server: dict[str, StageStats]  # STAGES
+    overhead: Overhead
+    queue_mean_s: float | None
+    wall_s: float
+    throughput_rps: float
+    # on loopback the client shares the CPU with the server: what it takes of it
+    client_cpu_s_per_request: float
+
+
+@dataclass(frozen=True)
+class InProcessResult:
+    fetch: LatencyStats  # store.read + decode of the hit set (not part of score())
+    score: LatencyStats  # GistReranker.score alone
+
+
+@dataclass(frozen=True)
+class BenchMeta:
+    model: str
+    checkpoint: str
+    fingerprint: str
+    dtype: str
+    num_gist: int
+    device: str
+    candidates: int
+    requests: int
+    feast_requests: int
+    recompute_requests: int
+    warmup: int
+    concurrency: int
+    item_tokens_range: list[int]
+    mean_item_tokens: float
+    seed: int
+    queries: int
+    torch_threads: int
+    num_threads_setting: int
+    cpu_count: int | None
+    platform: str
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ServingBenchResult:
+    meta: BenchMeta
+    inprocess: InProcessResult
+    paths: dict[str, dict[str, PhaseResult]]  # path → protocol → phase
+    ratios: dict[str, dict[str, float]]  # RATIOS key → protocol → ratio
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 # ------------------------------------------------------------------------------------------ statistics
-def _finite(x: float) -> float | None:
+def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def _latency_stats(seconds: Sequence[float]) -> dict[str, Any]:
-    """n, p50, p99, mean, min, max of a list of durations (seconds; None when empty)."""
-    if not seconds:
-        return {"n": 0, "p50_s": None, "p99_s": None, "mean_s": None, "min_s": None, "max_s": None}
-    a = np.asarray(seconds, dtype=np.float64)
-    return {
-        "n": len(a),
-        "p50_s": float(np.percentile(a, 50)),
-        "p99_s": float(np.percentile(a, 99)),
-        "mean_s": float(a.mean()),
-        "min_s": float(a.min()),
-        "max_s": float(a.max()),
-    }
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def _delta(before: dict, after: dict) -> dict:
@@ -96,18 +194,18 @@ def _delta(before: dict, after: dict) -> dict:
     return {key: value - before.get(key, 0.0) for key, value in after.items()}
 
 
-def _server_stats(delta: dict) -> dict[str, dict[str, Any]]:
+def _server_stats(delta: dict) -> dict[str, StageStats]:
     """Per stage: requests observed, bucket p50/p99 and the exact mean from _sum/_count."""
     out = {}
     for stage in STAGES:
         count = sample_sum(delta, f"{REQUEST_HISTOGRAM}_count", stage=stage)
         total = sample_sum(delta, f"{REQUEST_HISTOGRAM}_sum", stage=stage)
-        out[stage] = {
-            "count": round(count),
-            "p50_s": _finite(histogram_quantile(delta, REQUEST_HISTOGRAM, 0.5, stage=stage)),
-            "p99_s": _finite(histogram_quantile(delta, REQUEST_HISTOGRAM, 0.99, stage=stage)),
-            "mean_s": total / count if count else None,
-        }
+        out[stage] = StageStats(
+            count=round(count),
+            p50_s=_finite(histogram_quantile(delta, REQUEST_HISTOGRAM, 0.5, stage=stage)),
+            p99_s=_finite(histogram_quantile(delta, REQUEST_HISTOGRAM, 0.99, stage=stage)),
+            mean_s=total / count if count else None,
+        )
     return out
 
 
@@ -137,7 +235,7 @@ class _Load:
 def _run_load(
     send: Callable[[Any, str, list[str]], list[Any]],
     connect: Callable[[], Any],
-    requests: Sequence[tuple[str, list[str]]],
+    requests: Plan,
     concurrency: int,
     budget_s: float,
     desc: str,
@@ -233,6 +331,190 @@ def _clean_workdir(workdir: Path) -> None:
         path.unlink()
 
 
+@dataclass(frozen=True)
+class ItemSets:
+    """Item ids of the three paths: one hit set; a fresh set per feast and per recompute request, twice
+    as many as requests per protocol (even sets go over HTTP, odd ones over gRPC)."""
+
+    hit: list[str]
+    feast: list[list[str]]
+    recompute: list[list[str]]
+
+    @classmethod
+    def make(cls, candidates: int, feast_requests: int, recompute_requests: int) -> ItemSets:
+        def sets(path: str, count: int) -> list[list[str]]:
+            return [[f"bench-{path}-{r:03d}-{n:04d}" for n in range(candidates)] for r in range(count)]
+
+        hit = [f"bench-hit-{n:04d}" for n in range(candidates)]
+        return cls(hit, sets("feast", 2 * feast_requests), sets("recompute", 2 * recompute_requests))
+
+    def plans(self, queries: Sequence[str], requests: int) -> dict[str, list[Plan]]:
+        """Per path, one plan per protocol (PROTOCOLS order); queries taken round robin."""
+
+        def plan(sets: Sequence[list[str]]) -> Plan:
+            return [(queries[n % len(queries)], ids) for n, ids in enumerate(sets)]
+
+        return {
+            "hit": [plan([self.hit] * requests)] * 2,
+            "feast": [plan(self.feast[p::2]) for p in range(2)],
+            "recompute": [plan(self.recompute[p::2]) for p in range(2)],
+        }
+
+
+def _fill_catalog_and_store(
+    catalog: Catalog, store: GistStore, model: GistReranker, workdir: Path, items: ItemSets, pool: list[dict]
+) -> tuple[int, float]:
+    """Catalog rows of every set from `pool` (the feast sets with the hit set's content); the hit set
+    materialized into Feast and its rows copied under the feast ids (what a backfill would have
+    written). Returns how many rows materialize wrote and the hit items' mean token count."""
+    from streaming.materialize import materialize
+
+    size = len(items.hit)
+    catalog.load_jsonl(
+        _write_jsonl(workdir / "bench-hit.jsonl", list(zip(items.hit, pool[:size], strict=True)))
+    )
+    store.apply()
+    written = materialize(catalog, model, store, batch_size=16).written
+    rest = [(i, pool[n]) for ids in items.feast for n, i in enumerate(ids)]
+    rest += [
+        (i, pool[size * (1 + r) + n]) for r, ids in enumerate(items.recompute) for n, i in enumerate(ids)
+    ]
+    catalog.load_jsonl(_write_jsonl(workdir / "bench-rest.jsonl", rest))
+    hit_rows = store.read(items.hit)
+    missing = [i for i, row in hit_rows.items() if row is None]
+    if missing:
+        raise BenchError(f"materialize left {len(missing)} hit items out of Feast: {missing[:3]}")
+    versions = {i: item.version for i, item in catalog.get([i for ids in items.feast for i in ids]).items()}
+    copies = [
+        replace(hit_rows[items.hit[n]], item_id=i, version=versions[i])
+        for ids in items.feast
+        for n, i in enumerate(ids)
+    ]
+    store.write(copies)
+    return written, sum(row.item_tokens for row in hit_rows.values()) / len(hit_rows)
+
+
+# ---------------------------------------------------------------------------------------- measuring
+def _measure_inprocess(
+    model: GistReranker,
+    store: GistStore,
+    hit_ids: list[str],
+    queries: Sequence[str],
+    warmup: int,
+    requests: int,
+) -> InProcessResult:
+    """`score()` on the hit set's K/V as decoded from the store, sequentially; the read + decode timed
+    apart (it is not part of `score()`)."""
+    from reranker.core import kv_codec
+
+    fingerprint, dtype = model.fingerprint, model.kv_dtype
+    fetch_s, score_s = [], []
+    for n in tqdm(range(warmup + requests), desc="in-process", unit="call", leave=False):
+        t0 = time.perf_counter()
+        rows = store.read(hit_ids)
+        kvs = [kv_codec.decode(rows[i].kv, expected_fingerprint=fingerprint, dtype=dtype).kv for i in hit_ids]
+        t1 = time.perf_counter()
+        model.score(queries[n % len(queries)], kvs)
+        t2 = time.perf_counter()
+        if n >= warmup:
+            fetch_s.append(t1 - t0)
+            score_s.append(t2 - t1)
+    return InProcessResult(fetch=LatencyStats.of(fetch_s), score=LatencyStats.of(score_s))
+
+
+def _connect(server: TritonServer, protocol: str, timeout_s: float) -> Callable[[], Any]:
+    from reranker.serving.client import RerankClient
+
+    url = server.http_url if protocol == "http" else server.grpc_url
+    return partial(RerankClient, url, protocol, timeout_s=timeout_s)
+
+
+def _send(client: Any, query: str, ids: list[str]) -> list[Any]:
+    return client.rerank(query, ids)
+
+
+def _scrape(server: TritonServer) -> tuple[dict, dict]:
+    """The gist_reranker process's metrics and Triton's own."""
+    return scrape(server.model_metrics_url), scrape(server.metrics_url)
+
+
+def _warm_up(server: TritonServer, hit_plan: Plan, timeout_s: float, budget_s: float) -> None:
+    """Untimed hit requests over each protocol, one at a time (they also fill L1 with the hit set)."""
+    for protocol in PROTOCOLS:
+        load = _run_load(
+            _send, _connect(server, protocol, timeout_s), hit_plan, 1, budget_s, f"warm-up {protocol}"
+        )
+        if load.errors:
+            raise BenchError(f"warm-up over {protocol} failed: {load.errors[0]}")
+
+
+def _measure_phase(
+    server: TritonServer,
+    path: str,
+    protocol: str,
+    plan: Plan,
+    concurrency: int,
+    timeout_s: float,
+    budget_s: float,
+) -> PhaseResult:
+    """One path over one protocol: the client's latencies, and the server's split from the delta of
+    one metrics scrape before and one after."""
+    from reranker.serving.server import GIST_MODEL
+
+    before = _scrape(server)
+    load = _run_load(
+        _send, _connect(server, protocol, timeout_s), plan, concurrency, budget_s, f"{path} {protocol}"
+    )
+    after = _scrape(server)
+    if not load.latencies:
+        detail = load.errors[0] if load.errors else "the time budget ran out"
+        raise BenchError(f"no {path} request over {protocol} succeeded: {detail}")
+    server_stats = _server_stats(_delta(before[0], after[0]))
+    client = LatencyStats.of(load.latencies)
+    total = server_stats["total"]
+    return PhaseResult(
+        requests=len(plan),
+        errors=len(load.errors),
+        error_examples=load.errors[:3],
+        stopped_by_budget=load.stopped_by_budget,
+        statuses=dict(load.statuses),
+        expected_status=EXPECTED_STATUS[path],
+        client=client,
+        server=server_stats,
+        overhead=Overhead(
+            p50_s=_minus(client.p50_s, total.p50_s), mean_s=_minus(client.mean_s, total.mean_s)
+        ),
+        queue_mean_s=_triton_queue_mean_s(_delta(before[1], after[1]), GIST_MODEL),
+        wall_s=load.wall_s,
+        throughput_rps=len(load.latencies) / load.wall_s,
+        client_cpu_s_per_request=load.cpu_s / (len(load.latencies) + len(load.errors)),
+    )
+
+
+def _measure_paths(
+    server: TritonServer,
+    plans: dict[str, list[Plan]],
+    concurrency: int,
+    timeout_s: float,
+    budget_s: float,
+    console: Console,
+) -> dict[str, dict[str, PhaseResult]]:
+    """Every path over every protocol, in PATHS order; a status other than the path's is reported."""
+    paths: dict[str, dict[str, PhaseResult]] = {}
+    for path in PATHS:
+        paths[path] = {}
+        for protocol, plan in zip(PROTOCOLS, plans[path], strict=True):
+            phase = _measure_phase(server, path, protocol, plan, concurrency, timeout_s, budget_s)
+            paths[path][protocol] = phase
+            unexpected = {s: c for s, c in phase.statuses.items() if s != phase.expected_status}
+            if unexpected or phase.errors:
+                console.print(
+                    f"[yellow]{path} over {protocol}: unexpected statuses {unexpected}, "
+                    f"{phase.errors} errors {phase.error_examples[:1]}[/]"
+                )
+    return paths
+
+
 # ------------------------------------------------------------------------------------------ reporting
 RATIOS = (
     # (key, label). End-to-end ratios include Triton's queue under the load (one model instance: at
@@ -247,20 +529,22 @@ RATIOS = (
 )
 
 
-def _ratios(paths: dict[str, Any], inprocess: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _ratios(
+    paths: dict[str, dict[str, PhaseResult]], inprocess: InProcessResult
+) -> dict[str, dict[str, float]]:
     """Per protocol: end-to-end vs in-process, and each path vs the hit path (see RATIOS)."""
 
     def client(path: str, p: str, stat: str) -> float:
-        return paths[path][p]["client"][stat]
+        return getattr(paths[path][p].client, stat)
 
     def server_total(path: str, p: str) -> float:
-        return paths[path][p]["server"]["total"]["mean_s"]
+        return paths[path][p].server["total"].mean_s
 
-    score = inprocess["score"]
+    score = inprocess.score
     return {
-        "hit_vs_inprocess": {p: client("hit", p, "p50_s") / score["p50_s"] for p in PROTOCOLS},
+        "hit_vs_inprocess": {p: client("hit", p, "p50_s") / score.p50_s for p in PROTOCOLS},
         "hit_unqueued_vs_inprocess": {
-            p: (client("hit", p, "mean_s") - (paths["hit"][p]["queue_mean_s"] or 0.0)) / score["mean_s"]
+            p: (client("hit", p, "mean_s") - (paths["hit"][p].queue_mean_s or 0.0)) / score.mean_s
             for p in PROTOCOLS
         },
         **{
@@ -278,17 +562,17 @@ def _ms(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x * 1000:.{digits}f}"
 
 
-def _split(stats: dict[str, Any]) -> str:
-    """`mean (p50)` of a server stage: the exact mean, then the coarser bucket p50."""
-    return f"{_ms(stats['mean_s'])} ({_ms(stats['p50_s'], 0)})"
+def _split(stats: StageStats | LatencyStats | Overhead) -> str:
+    """`mean (p50)`: the exact mean, then the p50 (for a server stage the coarser bucket p50)."""
+    return f"{_ms(stats.mean_s)} ({_ms(stats.p50_s, 0)})"
 
 
-def _print_table(console: Console, result: dict[str, Any]) -> None:
-    meta = result["meta"]
+def _print_table(console: Console, result: ServingBenchResult) -> None:
+    meta = result.meta
     table = Table(
         title=(
-            f"serving latency in ms — {meta['model']} ({meta['dtype']}, {meta['device']}), "
-            f"{meta['candidates']} candidates/request, concurrency {meta['concurrency']}, loopback"
+            f"serving latency in ms — {meta.model} ({meta.dtype}, {meta.device}), "
+            f"{meta.candidates} candidates/request, concurrency {meta.concurrency}, loopback"
         ),
         title_justify="left",
         caption=(
@@ -317,36 +601,35 @@ def _print_table(console: Console, result: dict[str, Any]) -> None:
         table.add_column(name, justify="left" if name in ("path", "proto") else "right")
     for path in PATHS:
         for protocol in PROTOCOLS:
-            r = result["paths"][path][protocol]
-            client, server, overhead = r["client"], r["server"], r["overhead"]
+            r = result.paths[path][protocol]
             table.add_row(
                 path,
                 protocol,
-                str(client["n"]) + (f" ({r['errors']} err)" if r["errors"] else ""),
-                _ms(client["p50_s"]),
-                _ms(client["p99_s"]),
-                _ms(client["mean_s"]),
-                _split(server["fetch"]),
-                _split(server["model"]),
-                f"{_ms(overhead['mean_s'])} ({_ms(overhead['p50_s'], 0)})",
-                _ms(r["queue_mean_s"]),
-                f"{r['throughput_rps']:.2f}",
-                _ms(r["client_cpu_s_per_request"]),
+                str(r.client.n) + (f" ({r.errors} err)" if r.errors else ""),
+                _ms(r.client.p50_s),
+                _ms(r.client.p99_s),
+                _ms(r.client.mean_s),
+                _split(r.server["fetch"]),
+                _split(r.server["model"]),
+                _split(r.overhead),
+                _ms(r.queue_mean_s),
+                f"{r.throughput_rps:.2f}",
+                _ms(r.client_cpu_s_per_request),
             )
         table.add_section()
-    fetch, score = result["inprocess"]["fetch"], result["inprocess"]["score"]
+    fetch, score = result.inprocess.fetch, result.inprocess.score
     table.add_row(
         "in-process",
         "score()",
-        str(score["n"]),
-        _ms(score["p50_s"]),
-        _ms(score["p99_s"]),
-        _ms(score["mean_s"]),
-        f"{_ms(fetch['mean_s'])} ({_ms(fetch['p50_s'], 0)})",
-        f"{_ms(score['mean_s'])} ({_ms(score['p50_s'], 0)})",
+        str(score.n),
+        _ms(score.p50_s),
+        _ms(score.p99_s),
+        _ms(score.mean_s),
+        _split(fetch),
+        _split(score),
         "–",
         "–",
-        f"{1.0 / score['mean_s']:.2f}",
+        f"{1.0 / score.mean_s:.2f}",
         "–",
     )
     console.print(table)
@@ -358,7 +641,7 @@ def _print_table(console: Console, result: dict[str, Any]) -> None:
     summary.add_column("")
     for protocol in PROTOCOLS:
         summary.add_column(protocol, justify="right")
-    ratios = result["ratios"]
+    ratios = result.ratios
     for key, name in RATIOS:
         summary.add_row(name, *(f"{ratios[key][p]:.2f}x" for p in PROTOCOLS))
     console.print(summary)
@@ -384,7 +667,7 @@ def run_serving_bench(
     request_timeout_s: float = 600.0,
     phase_budget_s: float = 900.0,
     startup_timeout_s: float = 600.0,
-) -> dict[str, Any]:
+) -> ServingBenchResult:
     """Run the serving benchmark (module docstring), print its tables, write `out` (JSON), return it.
 
     `model`: GistRank checkpoint folder (used as is; `dtype` and `num_gist` are then its own), or a base
@@ -399,26 +682,20 @@ def run_serving_bench(
     `workdir`: catalog, Feast store, checkpoint and Triton run directory; default a temporary directory
     (removed at the end); an existing one is reused, its earlier benchmark files replaced.
     """
-    from reranker.core import kv_codec
-    from reranker.serving.client import RerankClient
-    from reranker.serving.server import GIST_MODEL, ServerSettings, TritonServer
-    from reranker.store import GistRow, GistStore
+    from reranker.serving.server import ServerSettings, TritonServer
+    from reranker.store import GistStore
     from streaming.catalog import Catalog
-    from streaming.materialize import materialize
 
     if candidates < 1 or requests < 1 or feast_requests < 1 or recompute_requests < 1 or concurrency < 1:
         raise ValueError("candidates, requests, feast_requests, recompute_requests, concurrency must be >= 1")
     if warmup < 0:
         raise ValueError("warmup must be >= 0")
     console = Console()
-    started = time.perf_counter()
-
-    def step(text: str) -> None:
-        console.rule(f"[bold]{text}[/]  [dim]{time.perf_counter() - started:.0f}s[/]")
-
+    steps = Steps(console)
     threads_before = torch.get_num_threads()
     if num_threads > 0:
         torch.set_num_threads(num_threads)
+    torch_threads = torch.get_num_threads()
     tmp = tempfile.TemporaryDirectory(prefix="gistrank-bench-serving-") if workdir is None else None
     workdir = Path(tmp.name) if tmp is not None else Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -426,219 +703,90 @@ def run_serving_bench(
     server: TritonServer | None = None
     catalog: Catalog | None = None
     try:
-        step("1. model: one checkpoint for the materializer, the server and the in-process score()")
-        trained = is_checkpoint(model)
-        gist_model = GistReranker.from_pretrained(
-            model, None if trained else GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype))
-        )
-        checkpoint = (
-            Path(resolve_checkpoint(model)) if trained else gist_model.save_pretrained(workdir / "model")
-        )
-        fingerprint = gist_model.fingerprint
+        steps("1. model: one checkpoint for the materializer, the server and the in-process score()")
+        served = serving_checkpoint(model, workdir, GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype)))
+        gist_model = served.model
         queries = _usable_queries(gist_model)
         console.print(
             f"{model}: k={gist_model.gist.num_gist}, {gist_model.gist.dtype}, {gist_model.device}, "
-            f"fingerprint {fingerprint}"
+            f"fingerprint {gist_model.fingerprint}"
         )
 
-        step("2. catalog and Feast: hit set materialized; feast set copied; recompute set never stored")
-        pool = _synthetic_items(seed, candidates * (1 + 2 * recompute_requests), item_tokens)
-        hit_ids = [f"bench-hit-{n:04d}" for n in range(candidates)]
-        feast_sets = [
-            [f"bench-feast-{r:03d}-{n:04d}" for n in range(candidates)] for r in range(2 * feast_requests)
-        ]
-        recompute_sets = [
-            [f"bench-recompute-{r:03d}-{n:04d}" for n in range(candidates)]
-            for r in range(2 * recompute_requests)
-        ]
+        steps("2. catalog and Feast: hit set materialized; feast set copied; recompute set never stored")
+        items = ItemSets.make(candidates, feast_requests, recompute_requests)
         catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
         catalog = Catalog(catalog_url)
-        catalog.load_jsonl(
-            _write_jsonl(workdir / "bench-hit.jsonl", list(zip(hit_ids, pool[:candidates], strict=True)))
-        )
         store = GistStore(workdir / "feast")
-        store.apply()
-        result_m = materialize(catalog, gist_model, store, batch_size=16)
-        rest = [(i, pool[n]) for ids in feast_sets for n, i in enumerate(ids)]
-        rest += [
-            (i, pool[candidates * (1 + r) + n])
-            for r, ids in enumerate(recompute_sets)
-            for n, i in enumerate(ids)
-        ]
-        catalog.load_jsonl(_write_jsonl(workdir / "bench-rest.jsonl", rest))
-        hit_rows = store.read(hit_ids)
-        missing = [i for i, row in hit_rows.items() if row is None]
-        if missing:
-            raise BenchError(f"materialize left {len(missing)} hit items out of Feast: {missing[:3]}")
-        feast_ids = [i for ids in feast_sets for i in ids]
-        versions = {i: item.version for i, item in catalog.get(feast_ids).items()}
-        copies = [
-            GistRow(
-                item_id=i,
-                kv=hit_rows[hit_ids[n]].kv,
-                fingerprint=hit_rows[hit_ids[n]].fingerprint,
-                num_gist=hit_rows[hit_ids[n]].num_gist,
-                item_tokens=hit_rows[hit_ids[n]].item_tokens,
-                content_hash=hit_rows[hit_ids[n]].content_hash,
-                version=versions[i],
-            )
-            for ids in feast_sets
-            for n, i in enumerate(ids)
-        ]
-        store.write(copies)
-        mean_tokens = sum(row.item_tokens for row in hit_rows.values()) / len(hit_rows)
+        pool = _synthetic_items(seed, candidates * (1 + 2 * recompute_requests), item_tokens)
+        written, mean_tokens = _fill_catalog_and_store(catalog, store, gist_model, workdir, items, pool)
         console.print(
-            f"catalog {catalog_url}: {len(hit_ids)} hit items (materialized {result_m.written}, mean "
-            f"{mean_tokens:.0f} tokens), {len(feast_ids)} feast copies, "
-            f"{sum(map(len, recompute_sets))} recompute items"
+            f"catalog {catalog_url}: {len(items.hit)} hit items (materialized {written}, mean "
+            f"{mean_tokens:.0f} tokens), {sum(map(len, items.feast))} feast copies, "
+            f"{sum(map(len, items.recompute))} recompute items"
         )
 
-        step("3. in-process score(): the hit set's K/V as decoded from the store, sequential")
+        steps("3. in-process score(): the hit set's K/V as decoded from the store, sequential")
+        inprocess = _measure_inprocess(gist_model, store, items.hit, queries, warmup, requests)
+        console.print(
+            f"score() p50 {_ms(inprocess.score.p50_s)} ms; "
+            f"store.read + decode p50 {_ms(inprocess.fetch.p50_s)} ms"
+        )
 
-        def inprocess_fetch() -> list:
-            rows = store.read(hit_ids)
-            return [
-                kv_codec.decode(rows[i].kv, expected_fingerprint=fingerprint, dtype=gist_model.dtype).kv
-                for i in hit_ids
-            ]
-
-        fetch_s, score_s = [], []
-        for n in tqdm(range(warmup + requests), desc="in-process", unit="call", leave=False):
-            t0 = time.perf_counter()
-            kvs = inprocess_fetch()
-            t1 = time.perf_counter()
-            gist_model.score(queries[n % len(queries)], kvs)
-            t2 = time.perf_counter()
-            if n >= warmup:
-                fetch_s.append(t1 - t0)
-                score_s.append(t2 - t1)
-        inprocess = {"fetch": _latency_stats(fetch_s), "score": _latency_stats(score_s)}
-        score_p50, fetch_p50 = inprocess["score"]["p50_s"], inprocess["fetch"]["p50_s"]
-        console.print(f"score() p50 {_ms(score_p50)} ms; store.read + decode p50 {_ms(fetch_p50)} ms")
-
-        step("4. tritonserver on free 127.0.0.1 ports, shadow off")
-        server = TritonServer(
-            ServerSettings.local(
-                str(checkpoint),
-                workdir,
-                catalog_url=catalog_url,
-                shadow_rate=0.0,
-                max_candidates=max(200, candidates),
-                num_threads=num_threads,
-            )
-        ).start(startup_timeout_s)
-        urls = {"http": server.http_url, "grpc": server.grpc_url}
+        steps("4. tritonserver on free 127.0.0.1 ports, shadow off")
+        settings = ServerSettings.local(
+            str(served.checkpoint),
+            workdir,
+            catalog_url=catalog_url,
+            shadow_rate=0.0,
+            max_candidates=max(200, candidates),
+            num_threads=num_threads,
+        )
+        server = TritonServer(settings).start(startup_timeout_s)
         console.print(f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, log {server.log_path}")
 
-        def connect(protocol: str) -> Callable[[], RerankClient]:
-            return lambda: RerankClient(urls[protocol], protocol, timeout_s=request_timeout_s)  # type: ignore[arg-type]
-
-        def send(client: RerankClient, query: str, ids: list[str]) -> list:
-            return client.rerank(query, ids)
-
-        def scrape_both() -> tuple[dict, dict]:
-            return scrape(server.model_metrics_url), scrape(server.metrics_url)
-
-        step("5. load: hit (L1) → feast (L2) → recompute, each over HTTP then gRPC")
-        for protocol in PROTOCOLS:
-            warm = [(queries[n % len(queries)], hit_ids) for n in range(warmup)]
-            load = _run_load(send, connect(protocol), warm, 1, phase_budget_s, f"warm-up {protocol}")
-            if load.errors:
-                raise BenchError(f"warm-up over {protocol} failed: {load.errors[0]}")
-        plans = {
-            "hit": [[(queries[n % len(queries)], hit_ids) for n in range(requests)]] * 2,
-            "feast": [
-                [(queries[n % len(queries)], ids) for n, ids in enumerate(feast_sets[p::2])] for p in range(2)
-            ],
-            "recompute": [
-                [(queries[n % len(queries)], ids) for n, ids in enumerate(recompute_sets[p::2])]
-                for p in range(2)
-            ],
-        }
-        paths: dict[str, dict[str, Any]] = {}
-        for path in PATHS:
-            paths[path] = {}
-            for protocol, plan in zip(PROTOCOLS, plans[path], strict=True):
-                before = scrape_both()
-                load = _run_load(
-                    send, connect(protocol), plan, concurrency, phase_budget_s, f"{path} {protocol}"
-                )
-                after = scrape_both()
-                if not load.latencies:
-                    detail = load.errors[0] if load.errors else "the time budget ran out"
-                    raise BenchError(f"no {path} request over {protocol} succeeded: {detail}")
-                server_stats = _server_stats(_delta(before[0], after[0]))
-                client = _latency_stats(load.latencies)
-                total = server_stats["total"]
-                paths[path][protocol] = {
-                    "requests": len(plan),
-                    "errors": len(load.errors),
-                    "error_examples": load.errors[:3],
-                    "stopped_by_budget": load.stopped_by_budget,
-                    "statuses": dict(load.statuses),
-                    "expected_status": EXPECTED_STATUS[path],
-                    "client": client,
-                    "server": server_stats,
-                    "overhead": {
-                        "p50_s": client["p50_s"] - total["p50_s"] if total["p50_s"] is not None else None,
-                        "mean_s": client["mean_s"] - total["mean_s"] if total["mean_s"] is not None else None,
-                    },
-                    "queue_mean_s": _triton_queue_mean_s(_delta(before[1], after[1]), GIST_MODEL),
-                    "wall_s": load.wall_s,
-                    "throughput_rps": len(load.latencies) / load.wall_s,
-                    # on loopback the client shares the CPU with the server: what it takes of it
-                    "client_cpu_s_per_request": load.cpu_s / (len(load.latencies) + len(load.errors)),
-                }
-                unexpected = {s: c for s, c in load.statuses.items() if s != EXPECTED_STATUS[path]}
-                if unexpected or load.errors:
-                    console.print(
-                        f"[yellow]{path} over {protocol}: unexpected statuses {unexpected}, "
-                        f"{len(load.errors)} errors {load.errors[:1]}[/]"
-                    )
+        steps("5. load: hit (L1) → feast (L2) → recompute, each over HTTP then gRPC")
+        _warm_up(server, items.plans(queries, warmup)["hit"][0], request_timeout_s, phase_budget_s)
+        plans = items.plans(queries, requests)
+        paths = _measure_paths(server, plans, concurrency, request_timeout_s, phase_budget_s, console)
     finally:
-        step("6. stopping tritonserver")
+        steps("6. stopping tritonserver")
         if server is not None:
             server.stop()
         if catalog is not None:
             catalog.close()
         if tmp is not None:
             tmp.cleanup()
-        torch_threads = torch.get_num_threads()
         torch.set_num_threads(threads_before)
 
-    result = {
-        "meta": {
-            "model": model,
-            "checkpoint": str(checkpoint)
-            if trained or tmp is None
-            else "(saved in a temporary dir, removed)",
-            "fingerprint": fingerprint,
-            "dtype": gist_model.gist.dtype,
-            "num_gist": gist_model.gist.num_gist,
-            "device": str(gist_model.device),
-            "candidates": candidates,
-            "requests": requests,
-            "feast_requests": feast_requests,
-            "recompute_requests": recompute_requests,
-            "warmup": warmup,
-            "concurrency": concurrency,
-            "item_tokens_range": list(item_tokens),
-            "mean_item_tokens": mean_tokens,
-            "seed": seed,
-            "queries": len(queries),
-            "torch_threads": torch_threads,
-            "num_threads_setting": num_threads,
-            "cpu_count": os.cpu_count(),
-            "platform": platform.platform(),
-            "duration_s": time.perf_counter() - started,
-        },
-        "inprocess": inprocess,
-        "paths": paths,
-        "ratios": _ratios(paths, inprocess),
-    }
+    meta = BenchMeta(
+        model=model,
+        checkpoint=str(served.checkpoint)
+        if served.trained or tmp is None
+        else "(saved in a temporary dir, removed)",
+        fingerprint=gist_model.fingerprint,
+        dtype=gist_model.gist.dtype,
+        num_gist=gist_model.gist.num_gist,
+        device=str(gist_model.device),
+        candidates=candidates,
+        requests=requests,
+        feast_requests=feast_requests,
+        recompute_requests=recompute_requests,
+        warmup=warmup,
+        concurrency=concurrency,
+        item_tokens_range=list(item_tokens),
+        mean_item_tokens=mean_tokens,
+        seed=seed,
+        queries=len(queries),
+        torch_threads=torch_threads,
+        num_threads_setting=num_threads,
+        cpu_count=os.cpu_count(),
+        platform=platform.platform(),
+        duration_s=steps.elapsed(),
+    )
+    result = ServingBenchResult(meta, inprocess, paths, _ratios(paths, inprocess))
     _print_table(console, result)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {out} in {result['meta']['duration_s']:.0f}s")
+    out.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    console.print(f"wrote {out} in {meta.duration_s:.0f}s")
     return result

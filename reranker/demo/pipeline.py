@@ -10,8 +10,10 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from importlib.resources import as_file, files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY
 from rich.console import Console
@@ -23,10 +25,77 @@ from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
 from reranker.demo.core import sample_queries
 
+if TYPE_CHECKING:
+    from reranker.serving.client import RerankClient
+    from reranker.serving.server import TritonServer
+    from reranker.store import GistStore
+    from streaming.broker import KafkaBroker
+    from streaming.catalog import Catalog
+    from streaming.kafka_settings import KafkaSettings
+
 UPDATED_ITEM = "phone-acme-15pro-128-blue"
 L1_TTL_S = 10.0  # short for the demo (default 300 s), so the update step need not wait long
 
 
+# ------------------------------------------------------------------------- shared with bench-serving
+class Steps:
+    """Numbered steps of a long run: each a console rule with the seconds since the start."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def __call__(self, text: str) -> None:
+        self.console.rule(f"[bold]{text}[/]  [dim]{self.elapsed():.0f}s[/]")
+
+
+@dataclass(frozen=True)
+class ServingModel:
+    """The one checkpoint that every component of a run loads, so writer and server share a fingerprint."""
+
+    model: GistReranker
+    checkpoint: Path  # what the server loads
+    trained: bool  # a GistRank checkpoint (else a base wrapped with untrained gists and head)
+
+
+def serving_checkpoint(model: str, workdir: Path, wrap: GistConfig) -> ServingModel:
+    """A GistRank checkpoint (alias or folder) as it is; a base alias or HF folder wrapped under `wrap`
+    and saved to `workdir/model`."""
+    trained = is_checkpoint(model)
+    gist_model = GistReranker.from_pretrained(model, None if trained else wrap)
+    checkpoint = Path(resolve_checkpoint(model)) if trained else gist_model.save_pretrained(workdir / "model")
+    return ServingModel(gist_model, checkpoint, trained)
+
+
+# ------------------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """One catalog update, served before and after it flowed through the pipeline."""
+
+    item_id: str
+    query: str
+    before_version: int
+    before_score: float
+    before_status: str  # cache tier that served it
+    after_version: int
+    after_score: float
+    after_status: str
+
+
+@dataclass(frozen=True)
+class PipelineDemoResult:
+    workdir: Path
+    fingerprint: str
+    items: int  # in the catalog
+    stored: int  # with gist K/V in Feast after the consumer ran
+    update: UpdateOutcome
+    duration_s: float
+
+
+# --------------------------------------------------------------------------------------------- steps
 def _rankings(console: Console, query: str, gist: list, full: list, top: int) -> None:
     table = Table(title=f"query: {query!r}", title_justify="left")
     table.add_column("gist_reranker (online, gist K/V) — score · tier")
@@ -100,6 +169,123 @@ def _metrics_snapshot(console: Console, url: str) -> None:
     console.print(table)
 
 
+def _start_kafka(broker: KafkaBroker, console: Console) -> KafkaSettings:
+    from streaming.kafka_settings import KafkaSettings, ensure_topics
+
+    settings = KafkaSettings.from_env(bootstrap_servers=broker.start(), group_id="gistrank-demo")
+    ensure_topics(settings, partitions=3)
+    console.print(f"broker at {settings.bootstrap_servers}, topics {settings.topic} + {settings.dlq_topic}")
+    return settings
+
+
+def _publish_catalog(settings: KafkaSettings, catalog_url: str, console: Console) -> Catalog:
+    """The bundled sample catalog into SQLite, and one change event per item onto the topic."""
+    from streaming.catalog import Catalog
+    from streaming.publisher import publish_catalog
+
+    catalog = Catalog(catalog_url)
+    with as_file(files("reranker.demo").joinpath("data/sample_catalog.jsonl")) as sample:
+        loaded = catalog.load_jsonl(sample)
+    published = publish_catalog(settings, catalog)
+    console.print(f"loaded {loaded} items into {catalog_url}; published {published} events")
+    return catalog
+
+
+def _consume_catalog(
+    settings: KafkaSettings, model: GistReranker, catalog: Catalog, workdir: Path, console: Console
+) -> tuple[GistStore, list[str], int]:
+    """Run the consumer until Feast holds every catalog item → (store, item ids, items stored)."""
+    from reranker.store import GistStore
+    from streaming.consumer import GistConsumer
+
+    store = GistStore(workdir / "feast")
+    store.apply()
+    consumer = GistConsumer(settings, model, store, batch_size=64, compress_batch_size=8)
+    versions = {item.item_id: item.version for item in catalog.iter_items()}
+    ids = list(versions)
+    _consume_until(consumer, store, versions)
+    stored = sum(row is not None for row in store.read(ids).values())
+    console.print(f"{stored}/{len(ids)} items have gist K/V in Feast")
+    return store, ids, stored
+
+
+def _start_triton(
+    checkpoint: Path, workdir: Path, catalog_url: str, shadow_model: str | None, console: Console
+) -> TritonServer:
+    """gist_reranker + full_reranker, every request shadowed, a short L1 TTL."""
+    from reranker.serving.server import ServerSettings, TritonServer
+
+    # the resolved checkpoint, so an untrained wrap's shadow is the very model saved above (same
+    # item cap), not a new wrap of the base
+    serving = ServerSettings.local(
+        str(checkpoint),
+        workdir,
+        full_model_path=shadow_model,
+        catalog_url=catalog_url,
+        shadow_rate=1.0,
+        l1_ttl_s=L1_TTL_S,
+    )
+    console.print(f"shadow (full_reranker, reads every item in full): {serving.shadow_path}")
+    server = TritonServer(serving).start()
+    console.print(
+        f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.model_metrics_url}"
+    )
+    return server
+
+
+def _rank_side_by_side(
+    console: Console, gist_client: RerankClient, full_client: RerankClient, ids: list[str], queries: int
+) -> None:
+    for query in sample_queries()[:queries]:
+        gist_client.rerank(query, ids)  # first touch: K/V from Feast (or recompute) into L1
+        gist = gist_client.rerank(query, ids)  # served from L1
+        _rankings(console, query, gist, full_client.rerank(query, ids), top=5)
+
+
+def _update_flows_through(
+    console: Console,
+    settings: KafkaSettings,
+    model: GistReranker,
+    catalog: Catalog,
+    store: GistStore,
+    gist_client: RerankClient,
+    ids: list[str],
+) -> UpdateOutcome:
+    """Change UPDATED_ITEM in the catalog, publish the event, consume it, and rank again once the old
+    L1 entry has expired (L1 is not invalidated by catalog events: it serves until its TTL runs out)."""
+    from streaming.consumer import GistConsumer
+    from streaming.publisher import publish_events
+
+    query = sample_queries()[0]
+    before = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
+    item = catalog.get([UPDATED_ITEM])[UPDATED_ITEM]
+    event = catalog.upsert(
+        UPDATED_ITEM,
+        title=item.title.replace("128GB", "256GB"),
+        attributes={**item.attributes, "storage": "256GB"},
+    )
+    publish_events(settings, [event])
+    consumer = GistConsumer(settings, model, store, batch_size=64, compress_batch_size=8)
+    _consume_until(consumer, store, {UPDATED_ITEM: event.version})
+    time.sleep(L1_TTL_S + 0.5)
+    after = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
+    console.print(
+        f"{query!r} → {UPDATED_ITEM}: version {item.version} score {before.score:+.3f} ({before.status})"
+        f" → version {event.version} score {after.score:+.3f} ({after.status})"
+    )
+    return UpdateOutcome(
+        UPDATED_ITEM,
+        query,
+        item.version,
+        before.score,
+        before.status,
+        event.version,
+        after.score,
+        after.status,
+    )
+
+
+# ---------------------------------------------------------------------------------------- the demo
 def run_pipeline_demo(
     model: str,
     workdir: Path,
@@ -108,126 +294,52 @@ def run_pipeline_demo(
     queries: int = 3,
     max_item_tokens: int = 256,
     shadow_model: str | None = None,
-) -> None:
+) -> PipelineDemoResult:
+    """The whole pipeline (module docstring) in `workdir` (emptied first); prints each step."""
     from reranker.serving.client import RerankClient
-    from reranker.serving.server import ServerSettings, TritonServer
-    from reranker.store import GistStore
     from streaming.broker import KafkaBroker
-    from streaming.catalog import Catalog
-    from streaming.consumer import GistConsumer
-    from streaming.kafka_settings import KafkaSettings, ensure_topics
-    from streaming.publisher import publish_catalog, publish_events
 
     console = Console()
-    started = time.perf_counter()
-
-    def step(text: str) -> None:
-        console.rule(f"[bold]{text}[/]  [dim]{time.perf_counter() - started:.0f}s[/]")
-
+    steps = Steps(console)
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    step("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
-    trained = is_checkpoint(model)
-    gist_model = GistReranker.from_pretrained(
-        model,
-        None
-        if trained
-        else GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype)),
-    )
-    checkpoint = Path(resolve_checkpoint(model)) if trained else gist_model.save_pretrained(workdir / "model")
-    g = gist_model.gist
-    console.print(
-        f"{model}: k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}, fingerprint {gist_model.fingerprint}"
-    )
-    if not trained:
+    steps("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
+    wrap = GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype))
+    served = serving_checkpoint(model, workdir, wrap)
+    g, fingerprint = served.model.gist, served.model.fingerprint
+    console.print(f"{model}: k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}, fingerprint {fingerprint}")
+    if not served.trained:
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
 
+    catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
     broker = KafkaBroker(workdir / "kafka")
     server: TritonServer | None = None
     try:
-        step("2. Kafka broker (KRaft, 127.0.0.1)")
-        settings = KafkaSettings.from_env(bootstrap_servers=broker.start(), group_id="gistrank-demo")
-        ensure_topics(settings, partitions=3)
-        console.print(
-            f"broker at {settings.bootstrap_servers}, topics {settings.topic} + {settings.dlq_topic}"
-        )
-
-        step("3. catalog → change events")
-        catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
-        catalog = Catalog(catalog_url)
-        with as_file(files("reranker.demo").joinpath("data/sample_catalog.jsonl")) as sample:
-            loaded = catalog.load_jsonl(sample)
-        published = publish_catalog(settings, catalog)
-        console.print(f"loaded {loaded} items into {catalog_url}; published {published} events")
-
-        step("4. consumer: events → compress → Feast (SQLite online store)")
-        store = GistStore(workdir / "feast")
-        store.apply()
-        consumer = GistConsumer(settings, gist_model, store, batch_size=64, compress_batch_size=8)
-        versions = {item.item_id: item.version for item in catalog.iter_items()}
-        ids = list(versions)
-        _consume_until(consumer, store, versions)
-        stored = store.read(ids)
-        console.print(
-            f"{sum(row is not None for row in stored.values())}/{len(ids)} items have gist K/V in Feast"
-        )
-
-        step("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
-        # the resolved checkpoint, so an untrained wrap's shadow is the very model saved above (same
-        # item cap), not a new wrap of the base
-        serving = ServerSettings.local(
-            str(checkpoint),
-            workdir,
-            full_model_path=shadow_model,
-            catalog_url=catalog_url,
-            shadow_rate=1.0,
-            l1_ttl_s=L1_TTL_S,
-        )
-        console.print(f"shadow (full_reranker, reads every item in full): {serving.shadow_path}")
-        server = TritonServer(serving).start()
-        console.print(
-            f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.model_metrics_url}"
-        )
-
-        step("6. rerank sample queries: gist ranking beside the shadow's")
+        steps("2. Kafka broker (KRaft, 127.0.0.1)")
+        settings = _start_kafka(broker, console)
+        steps("3. catalog → change events")
+        catalog = _publish_catalog(settings, catalog_url, console)
+        steps("4. consumer: events → compress → Feast (SQLite online store)")
+        store, ids, stored = _consume_catalog(settings, served.model, catalog, workdir, console)
+        steps("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
+        server = _start_triton(served.checkpoint, workdir, catalog_url, shadow_model, console)
+        steps("6. rerank sample queries: gist ranking beside the shadow's")
         # long timeouts: on CPU the full-context model reads every item in full, beside the shadow
         with (
             RerankClient(server.http_url, "http", timeout_s=600) as gist_client,
             RerankClient(server.grpc_url, "grpc", model="full_reranker", timeout_s=900) as full_client,
         ):
-            for query in sample_queries()[:queries]:
-                gist_client.rerank(query, ids)  # first touch: K/V from Feast (or recompute) into L1
-                gist = gist_client.rerank(query, ids)  # served from L1
-                _rankings(console, query, gist, full_client.rerank(query, ids), top=5)
-
-            step(f"7. update {UPDATED_ITEM} in the catalog → event → consumer → served")
-            query = sample_queries()[0]
-            before = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
-            item = catalog.get([UPDATED_ITEM])[UPDATED_ITEM]
-            event = catalog.upsert(
-                UPDATED_ITEM,
-                title=item.title.replace("128GB", "256GB"),
-                attributes={**item.attributes, "storage": "256GB"},
-            )
-            publish_events(settings, [event])
-            consumer = GistConsumer(settings, gist_model, store, batch_size=64, compress_batch_size=8)
-            _consume_until(consumer, store, {UPDATED_ITEM: event.version})
-            # L1 is not invalidated by catalog events: the old entry is served until its TTL runs out
-            time.sleep(L1_TTL_S + 0.5)
-            after = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
-            console.print(
-                f"{query!r} → {UPDATED_ITEM}: version {item.version} score {before.score:+.3f} "
-                f"({before.status})"
-                f" → version {event.version} score {after.score:+.3f} ({after.status})"
-            )
+            _rank_side_by_side(console, gist_client, full_client, ids, queries)
+            steps(f"7. update {UPDATED_ITEM} in the catalog → event → consumer → served")
+            update = _update_flows_through(console, settings, served.model, catalog, store, gist_client, ids)
             _wait_for_shadow(server.model_metrics_url)
-
-        step("8. metrics")
+        steps("8. metrics")
         _metrics_snapshot(console, server.model_metrics_url)
     finally:
-        step("9. stopping everything this demo started")
+        steps("9. stopping everything this demo started")
         if server is not None:
             server.stop()
         broker.stop()
-    console.print(f"done in {time.perf_counter() - started:.0f}s; files in {workdir}")
+    console.print(f"done in {steps.elapsed():.0f}s; files in {workdir}")
+    return PipelineDemoResult(workdir, fingerprint, len(ids), stored, update, steps.elapsed())

@@ -25,16 +25,16 @@ evaluations of different students on the same queries into one.
 from __future__ import annotations
 
 import json
-import math
-import re
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
+from reranker.evaluation.baselines import bm25_scores, compress_prefix, prefix_reader, untrained_gists
 from reranker.evaluation.ranking_metrics import (
     accuracy_at_1,
     bootstrap_ci,
@@ -46,27 +46,136 @@ from reranker.training.relevance_data import RelevanceSet
 
 RECALL_KS = (1, 5, 10)
 METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@10", "acc@1")
-_WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
+INTERVAL_METRICS = ("recall@5", "ndcg@10")  # with a 95% bootstrap interval per system
+PAIRED_METRICS = ("ndcg@10", "recall@5")  # compared student minus control, query by query
+
+Scorer = Callable[[str, list[str]], list[float]]  # (query, candidate ids) → one score per candidate
+Means = dict[str, float]  # metric → mean over queries, and "n": how many queries
 
 
-def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
-    """Okapi BM25 of `query` against `docs`, IDF over those docs (the candidate list)."""
-    tokenized = [_WORD.findall(d.lower()) for d in docs]
-    avg_len = sum(map(len, tokenized)) / len(tokenized) or 1.0
-    df = Counter(term for doc in tokenized for term in set(doc))
-    n = len(docs)
-    scores = []
-    for doc in tokenized:
-        tf = Counter(doc)
-        score = 0.0
-        for term in set(_WORD.findall(query.lower())):
-            if tf[term]:
-                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
-                score += idf * tf[term] * (k1 + 1) / (tf[term] + k1 * (1 - b + b * len(doc) / avg_len))
-        scores.append(score)
-    return scores
+# ------------------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class SystemFacts:
+    """What the plots know of a system: its line (`family`), the K/V positions it stores per item (None:
+    not a compressed system, drawn as a level) and, for a control, the student it controls."""
+
+    family: str
+    positions: int | None
+    control_of: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"family": self.family, "positions": self.positions}
+        return out if self.control_of is None else out | {"control_of": self.control_of}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SystemFacts:
+        return cls(data["family"], data["positions"], data.get("control_of"))
 
 
+TEACHER = SystemFacts("teacher", None)
+
+
+@dataclass(frozen=True)
+class System:
+    """A ranker under evaluation: how it scores a query's candidates, and its plot facts."""
+
+    score: Scorer
+    facts: SystemFacts
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    """One system on one query: the slices the query falls in and the system's METRICS on it."""
+
+    system: str
+    query_id: str
+    hard: bool
+    length_quartile: int
+    metrics: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        slices = {"hard": self.hard, "length_quartile": self.length_quartile}
+        return {"system": self.system, "query_id": self.query_id, **slices, **self.metrics}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueryRecord:
+        metrics = {m: data[m] for m in METRICS}
+        return cls(data["system"], data["query_id"], data["hard"], data["length_quartile"], metrics)
+
+
+@dataclass(frozen=True)
+class SystemSummary:
+    """A system's means: over all queries (with 95% bootstrap intervals of INTERVAL_METRICS), per item-length
+    quartile (keyed "0" … "3"), and over hard-negative vs other queries (None where there are none)."""
+
+    all: Means
+    ci95: dict[str, list[float]]
+    by_length_quartile: dict[str, Means]
+    hard: Means | None
+    not_hard: Means | None
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One evaluation, as written to results.json (`to_json`) and read back (`from_json`)."""
+
+    split: str
+    teacher: str
+    students: list[str]
+    full_models: list[str]
+    queries: int
+    systems: dict[str, SystemFacts]
+    length_quartile_cuts_tokens: dict[str, list[int]]  # quartile → [min, max] tokens of its best items
+    summary: dict[str, SystemSummary]
+    records: list[QueryRecord]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "split": self.split,
+            "teacher": self.teacher,
+            "students": self.students,
+            "full_models": self.full_models,
+            "queries": self.queries,
+            "systems": {name: facts.to_json() for name, facts in self.systems.items()},
+            "length_quartile_cuts_tokens": self.length_quartile_cuts_tokens,
+            "summary": {name: asdict(s) for name, s in self.summary.items()},
+            "records": [r.to_json() for r in self.records],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EvalResult:
+        """Read a results.json (one written before `full_models` existed has none)."""
+        return cls(
+            split=data["split"],
+            teacher=data["teacher"],
+            students=list(data["students"]),
+            full_models=list(data.get("full_models", [])),
+            queries=data["queries"],
+            systems={name: SystemFacts.from_json(f) for name, f in data["systems"].items()},
+            length_quartile_cuts_tokens=dict(data["length_quartile_cuts_tokens"]),
+            summary={name: SystemSummary(**s) for name, s in data["summary"].items()},
+            records=[QueryRecord.from_json(r) for r in data["records"]],
+        )
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A student minus a control on one metric, query by query."""
+
+    mean: float
+    ci95: list[float]  # 95% bootstrap interval of the mean
+    better: int  # queries where the student scored higher
+    worse: int
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    student: str
+    control: str
+    by_metric: dict[str, Difference]  # PAIRED_METRICS
+
+
+# ------------------------------------------------------------------------------------------- systems
 def query_metrics(
     scores: Sequence[float], reference: Sequence[float], labels: Sequence[int]
 ) -> dict[str, float]:
@@ -92,20 +201,39 @@ def _run_label(path: str | Path) -> str:
     return p.parent.name if p.name == "checkpoint" else p.name
 
 
+def _kv_scorer(model: GistReranker, ids: list[str], kvs: list) -> Scorer:
+    by_id = dict(zip(ids, kvs, strict=True))
+    return lambda query, cand_ids: model.score(query, [by_id[i] for i in cand_ids]).tolist()
+
+
+def full_scorer(model: GistReranker, texts_by_id: Mapping[str, str]) -> Scorer:
+    """A full-context model reading every candidate's text (the teacher, or another full model)."""
+    return lambda query, cand_ids: model.score_full(query, [texts_by_id[i] for i in cand_ids]).tolist()
+
+
+def baseline_systems(texts_by_id: Mapping[str, str]) -> dict[str, System]:
+    """BM25 on the item text, and a constant score: what the query alone can do (nothing)."""
+    return {
+        "bm25": System(
+            lambda query, cand_ids: bm25_scores(query, [texts_by_id[i] for i in cand_ids]),
+            SystemFacts("bm25", None),
+        ),
+        "no item": System(lambda _query, cand_ids: [0.0] * len(cand_ids), SystemFacts("no item", 0)),
+    }
+
+
 def _gist_systems(
     student: GistReranker,
-    texts_by_id: dict[str, str],
+    texts_by_id: Mapping[str, str],
     prefix_ks: Sequence[int],
     label: str = "",
     base: GistReranker | None = None,
-) -> dict[str, tuple[Callable, dict]]:
-    """Scorers of one student checkpoint, each with its plot facts (family, stored positions per item,
-    and for a control the student it controls); item K/V compressed once per item and system. A
-    `label` (its run) suffixes every name and family.
+) -> dict[str, System]:
+    """Systems of one student checkpoint: its own online path and its controls, each item's K/V
+    compressed once per system. A `label` (its run) suffixes every name and family.
 
-    The untrained-gists control is the student's body and head with its initial gists (the
-    fingerprint rightly keeps K/V of one set of gists away from a model holding the other). The prefix
-    controls cache the item's first t + k' tokens for each k' in `prefix_ks` and the student's k. With
+    The controls are the untrained-gists baseline (the student's body and head, initial gists) and
+    prefix caching of the item's first t + k' tokens for each k' in `prefix_ks` and the student's k. With
     `base` (the untouched base LM under the student's gist config) both controls are also read by it:
     the fair controls of a student whose score rule needs no trained parameter (query likelihood),
     since the student's own body has learned to read gists rather than raw tokens."""
@@ -117,38 +245,97 @@ def _gist_systems(
     ids = list(texts_by_id)
     texts = [texts_by_id[i] for i in ids]
     t, k = student.gist.keep_item_prefix, student.gist.num_gist
-
-    def scorer(model: GistReranker, kvs: list) -> Callable:
-        by_id = dict(zip(ids, kvs, strict=True))
-        return lambda query, cand_ids: model.score(query, [by_id[i] for i in cand_ids]).tolist()
-
     main = name()
     systems = {
-        main: (
-            scorer(student, student.compress(texts, progress=True)),
-            {"family": name(with_k=False), "positions": t + k},
+        main: System(
+            _kv_scorer(student, ids, student.compress(texts, progress=True)),
+            SystemFacts(name(with_k=False), t + k),
         )
     }
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
-        untrained = reader.with_gist_config(reader.gist)
-        systems[name("untrained gists") + tag] = (
-            scorer(untrained, untrained.compress(texts)),
-            {"family": name("untrained gists", with_k=False) + tag, "positions": t + k, "control_of": main},
+        untrained = untrained_gists(reader)
+        systems[name("untrained gists") + tag] = System(
+            _kv_scorer(untrained, ids, untrained.compress(texts)),
+            SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
         )
         for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
-            plain_cfg = GistConfig(**(reader.gist.model_dump() | {"num_gist": budget, "keep_item_prefix": 0}))
-            plain = reader.with_gist_config(plain_cfg)
+            plain = prefix_reader(reader, budget)
             # scored by this reader's body and head: two students' prefix controls of one budget differ
-            systems[f"prefix {budget} · {main}{tag}"] = (
-                scorer(plain, plain.compress_prefix(texts)),
-                {"family": f"prefix · {main}{tag}", "positions": budget, "control_of": main},
+            systems[f"prefix {budget} · {main}{tag}"] = System(
+                _kv_scorer(plain, ids, compress_prefix(plain, texts)),
+                SystemFacts(f"prefix · {main}{tag}", budget, main),
             )
     return systems
 
 
-def _full_scorer(model: GistReranker, texts_by_id: dict[str, str]) -> Callable:
-    return lambda query, cand_ids: model.score_full(query, [texts_by_id[i] for i in cand_ids]).tolist()
+def student_systems(
+    paths: Sequence[str | Path],
+    texts_by_id: Mapping[str, str],
+    prefix_ks: Sequence[int],
+    control_base: bool = False,
+    device: str | None = None,
+) -> dict[str, System]:
+    """Every student's systems (`_gist_systems`). Students of one gist layout are told apart by their
+    run folder; with `control_base` each base LM is loaded once (per dtype), however many students."""
+    students = [GistReranker.from_pretrained(path, device=device) for path in paths]
+    layouts = [_layout_name(s.gist) for s in students]
+    labels = [_run_label(p) if layouts.count(n) > 1 else "" for p, n in zip(paths, layouts, strict=True)]
+    if len(set(zip(layouts, labels, strict=True))) < len(students):
+        raise ValueError(f"students {list(map(str, paths))} repeat a layout and a run folder name")
+    bases: dict[tuple[str, str], GistReranker] = {}
+    systems: dict[str, System] = {}
+    for student, label in zip(students, labels, strict=True):
+        base = None
+        if control_base:
+            key = (student.base_ref, student.gist.dtype)
+            if key not in bases:
+                bases[key] = GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
+            base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
+        systems |= _gist_systems(student, texts_by_id, prefix_ks, label, base)
+    return systems
+
+
+def full_context_systems(
+    paths: Sequence[str | Path], texts_by_id: Mapping[str, str], device: str | None = None
+) -> dict[str, System]:
+    """Other full-context models (e.g. a cheaper shadow candidate), each reading every item in full."""
+    return {
+        f"full context · {path}": System(
+            full_scorer(GistReranker.from_pretrained(path, device=device), texts_by_id),
+            SystemFacts("full context", None),
+        )
+        for path in paths
+    }
+
+
+# ------------------------------------------------------------------------------------------ scoring
+def best_item_tokens(model: GistReranker, test: RelevanceSet, texts_by_id: Mapping[str, str]) -> list[int]:
+    """Per query: tokens of its best-labelled candidate (the first of equals), what slices by length."""
+    lengths = []
+    for query in test.queries:
+        best = max(test.candidates(query.query_id), key=lambda c: c[1])[0]
+        lengths.append(len(model.tokenizer(texts_by_id[best], add_special_tokens=False)["input_ids"]))
+    return lengths
+
+
+def score_queries(
+    test: RelevanceSet, reference: Scorer, systems: Mapping[str, System], quartiles: Sequence[int]
+) -> list[QueryRecord]:
+    """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher")."""
+    records = []
+    for query, quartile in tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query"):
+        cands = test.candidates(query.query_id)
+        cand_ids, labels = [c[0] for c in cands], [c[1] for c in cands]
+        truth = reference(query.text, cand_ids)
+        scored = [("teacher", truth)] + [
+            (name, system.score(query.text, cand_ids)) for name, system in systems.items()
+        ]
+        records += [
+            QueryRecord(name, query.query_id, query.hard, quartile, query_metrics(scores, truth, labels))
+            for name, scores in scored
+        ]
+    return records
 
 
 def evaluate(
@@ -161,7 +348,7 @@ def evaluate(
     prefix_ks: Sequence[int] = (4, 8, 16),
     full_paths: Sequence[str | Path] = (),
     control_base: bool = False,
-) -> dict:
+) -> EvalResult:
     """Score `data`'s `split` with the teacher, every student's systems and every other full-context
     model in `full_paths`; write results.json, report.md and plots to `out`. `control_base`: read each
     student's controls with its untouched base LM as well (see `_gist_systems`)."""
@@ -172,74 +359,30 @@ def evaluate(
     used = {item_id for q in test.queries for item_id, _ in test.candidates(q.query_id)}
     texts_by_id = {item_id: data.items[item_id].text for item_id in sorted(used)}
 
-    systems: dict[str, tuple[Callable, dict]] = {
-        "bm25": (
-            lambda query, cand_ids: bm25_scores(query, [texts_by_id[i] for i in cand_ids]),
-            {"family": "bm25", "positions": None},
-        ),
-        "no item": (lambda _query, cand_ids: [0.0] * len(cand_ids), {"family": "no item", "positions": 0}),
-    }
-    students = [GistReranker.from_pretrained(path, device=device) for path in student_paths]
-    layouts = [_layout_name(s.gist) for s in students]
-    labels = [
-        _run_label(p) if layouts.count(n) > 1 else "" for p, n in zip(student_paths, layouts, strict=True)
-    ]
-    if len(set(zip(layouts, labels, strict=True))) < len(students):
-        raise ValueError(f"students {list(map(str, student_paths))} repeat a layout and a run folder name")
-    bases: dict[tuple[str, str], GistReranker] = {}  # one body per base and dtype, however many students
-    for student, label in zip(students, labels, strict=True):
-        base = None
-        if control_base:
-            key = (student.base_ref, student.gist.dtype)
-            if key not in bases:
-                bases[key] = GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
-            base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
-        systems |= _gist_systems(student, texts_by_id, prefix_ks, label, base)
-    for path in full_paths:
-        systems[f"full context · {path}"] = (
-            _full_scorer(GistReranker.from_pretrained(path, device=device), texts_by_id),
-            {"family": "full context", "positions": None},
-        )
+    systems = baseline_systems(texts_by_id)
+    systems |= student_systems(student_paths, texts_by_id, prefix_ks, control_base, device)
+    systems |= full_context_systems(full_paths, texts_by_id, device)
 
-    def target_length(query_id: str) -> int:
-        cands = test.candidates(query_id)
-        best = max(cands, key=lambda c: c[1])[0]
-        return len(teacher.tokenizer(texts_by_id[best], add_special_tokens=False)["input_ids"])
-
-    teacher_scores = _full_scorer(teacher, texts_by_id)
-    lengths = [target_length(q.query_id) for q in test.queries]
+    lengths = best_item_tokens(teacher, test, texts_by_id)
     quartiles = length_quartiles(lengths)
-    records = []
-    for query, quartile in tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query"):
-        cands = test.candidates(query.query_id)
-        cand_ids = [c[0] for c in cands]
-        labels = [c[1] for c in cands]
-        reference = teacher_scores(query.text, cand_ids)
-        slices = {"query_id": query.query_id, "hard": query.hard, "length_quartile": quartile}
-        records.append({"system": "teacher", **slices, **query_metrics(reference, reference, labels)})
-        for name, (score, _) in systems.items():
-            records.append(
-                {"system": name, **slices, **query_metrics(score(query.text, cand_ids), reference, labels)}
-            )
-
-    summary = summarize(records)
-    result = {
-        "split": split,
-        "teacher": str(teacher_path),
-        "students": [str(p) for p in student_paths],
-        "full_models": [str(p) for p in full_paths],
-        "queries": len(test.queries),
-        "systems": {"teacher": {"family": "teacher", "positions": None}}
-        | {name: facts for name, (_, facts) in systems.items()},
-        "length_quartile_cuts_tokens": _cuts(lengths, quartiles),
-        "summary": summary,
-        "records": records,
-    }
+    records = score_queries(test, full_scorer(teacher, texts_by_id), systems, quartiles)
+    result = EvalResult(
+        split=split,
+        teacher=str(teacher_path),
+        students=[str(p) for p in student_paths],
+        full_models=[str(p) for p in full_paths],
+        queries=len(test.queries),
+        systems={"teacher": TEACHER} | {name: system.facts for name, system in systems.items()},
+        length_quartile_cuts_tokens=_cuts(lengths, quartiles),
+        summary=summarize(records),
+        records=records,
+    )
     write_outputs(result, out)
     return result
 
 
-def merge_results(results: Sequence[dict]) -> dict:
+# ------------------------------------------------------------------------------------------ results
+def merge_results(results: Sequence[EvalResult]) -> EvalResult:
     """One evaluation out of several of the same teacher, split and queries (e.g. one run per trained
     k, done at different times), so the k sweep is one table and one plot. A system in more than one
     run (teacher, BM25, no item, a student evaluated twice) must have scored identically in each."""
@@ -248,77 +391,82 @@ def merge_results(results: Sequence[dict]) -> dict:
     first = results[0]
     for key in ("split", "teacher", "queries", "length_quartile_cuts_tokens"):
         for other in results[1:]:
-            if other[key] != first[key]:
-                raise ValueError(f"cannot merge: {key} differs ({first[key]!r} vs {other[key]!r})")
-    systems: dict[str, dict] = {}
-    records: dict[str, list[dict]] = {}
+            if getattr(other, key) != getattr(first, key):
+                mine, theirs = getattr(first, key), getattr(other, key)
+                raise ValueError(f"cannot merge: {key} differs ({mine!r} vs {theirs!r})")
+    systems: dict[str, SystemFacts] = {}
+    records: dict[str, list[QueryRecord]] = {}
     for result in results:
-        for name, facts in result["systems"].items():
-            mine = [r for r in result["records"] if r["system"] == name]
+        for name, facts in result.systems.items():
+            mine = [r for r in result.records if r.system == name]
             if name in systems and (systems[name] != facts or records[name] != mine):
                 raise ValueError(f"cannot merge: system {name!r} differs between the evaluations")
             systems[name], records[name] = facts, mine
     merged = [r for rows in records.values() for r in rows]
-    return first | {
-        "students": list(dict.fromkeys(s for result in results for s in result["students"])),
-        "full_models": list(dict.fromkeys(m for result in results for m in result.get("full_models", []))),
-        "systems": systems,
-        "summary": summarize(merged),
-        "records": merged,
-    }
+    return replace(
+        first,
+        students=list(dict.fromkeys(s for result in results for s in result.students)),
+        full_models=list(dict.fromkeys(m for result in results for m in result.full_models)),
+        systems=systems,
+        summary=summarize(merged),
+        records=merged,
+    )
 
 
-def write_outputs(result: dict, out: Path) -> None:
+def write_outputs(result: EvalResult, out: Path) -> None:
     """results.json, report.md and the plots of one evaluation (re-runnable from a saved results.json)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "results.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     (out / "report.md").write_text(markdown_report(result))
-    plot(result["summary"], result["systems"], out)
+    plot(result.summary, result.systems, out)
 
 
-def summarize(records: Sequence[dict]) -> dict:
-    """Mean of every metric per system: overall (with 95% bootstrap intervals of recall@5 and
-    NDCG@10 over queries), per length quartile, hard vs other queries."""
+def summarize(records: Sequence[QueryRecord]) -> dict[str, SystemSummary]:
+    """Mean of every metric per system: overall (with 95% bootstrap intervals of INTERVAL_METRICS over
+    queries), per length quartile, hard vs other queries."""
 
-    def mean(rows: list[dict]) -> dict[str, float]:
-        return {m: sum(r[m] for r in rows) / len(rows) for m in METRICS} | {"n": len(rows)}
+    def mean(rows: list[QueryRecord]) -> Means:
+        return {m: sum(r.metrics[m] for r in rows) / len(rows) for m in METRICS} | {"n": len(rows)}
 
-    out: dict = {}
-    for system in dict.fromkeys(r["system"] for r in records):
-        rows = [r for r in records if r["system"] == system]
-        out[system] = {
-            "all": mean(rows),
-            "ci95": {m: list(bootstrap_ci([r[m] for r in rows])) for m in ("recall@5", "ndcg@10")},
-            "by_length_quartile": {
-                str(q): mean([r for r in rows if r["length_quartile"] == q])
-                for q in sorted({r["length_quartile"] for r in rows})
+    out = {}
+    for system in dict.fromkeys(r.system for r in records):
+        rows = [r for r in records if r.system == system]
+        hard, other = [r for r in rows if r.hard], [r for r in rows if not r.hard]
+        out[system] = SystemSummary(
+            all=mean(rows),
+            ci95={m: list(bootstrap_ci([r.metrics[m] for r in rows])) for m in INTERVAL_METRICS},
+            by_length_quartile={
+                str(q): mean([r for r in rows if r.length_quartile == q])
+                for q in sorted({r.length_quartile for r in rows})
             },
-            "hard": mean(hard) if (hard := [r for r in rows if r["hard"]]) else None,
-            "not_hard": mean(other) if (other := [r for r in rows if not r["hard"]]) else None,
-        }
+            hard=mean(hard) if hard else None,
+            not_hard=mean(other) if other else None,
+        )
     return out
 
 
-def paired_differences(result: dict) -> list[dict]:
+def paired_differences(
+    records: Sequence[QueryRecord], systems: Mapping[str, SystemFacts]
+) -> list[PairedDifference]:
     """Each student minus each of its controls, query by query (the pairing cancels the spread between
-    easy and hard queries that the per-system intervals carry): mean difference of NDCG@10 and
-    recall@5, its 95% bootstrap interval, and how many queries went better / worse."""
-    by_key = {(r["system"], r["query_id"]): r for r in result["records"]}
-    queries = list(dict.fromkeys(r["query_id"] for r in result["records"]))
+    easy and hard queries that the per-system intervals carry): mean difference of PAIRED_METRICS, its
+    95% bootstrap interval, and how many queries went better / worse."""
+    by_key = {(r.system, r.query_id): r for r in records}
+    queries = list(dict.fromkeys(r.query_id for r in records))
     rows = []
-    for control, facts in result["systems"].items():
-        if (student := facts.get("control_of")) is None:
+    for control, facts in systems.items():
+        if (student := facts.control_of) is None:
             continue
-        row: dict = {"student": student, "control": control}
-        for metric in ("ndcg@10", "recall@5"):
-            diffs = [by_key[student, q][metric] - by_key[control, q][metric] for q in queries]
-            row[metric] = {
-                "mean": sum(diffs) / len(diffs),
-                "ci95": list(bootstrap_ci(diffs)),
-                "better": sum(d > 0 for d in diffs),
-                "worse": sum(d < 0 for d in diffs),
-            }
-        rows.append(row)
+        by_metric = {}
+        for metric in PAIRED_METRICS:
+            diffs = [by_key[student, q].metrics[metric] - by_key[control, q].metrics[metric] for q in queries]
+            by_metric[metric] = Difference(
+                mean=sum(diffs) / len(diffs),
+                ci95=list(bootstrap_ci(diffs)),
+                better=sum(d > 0 for d in diffs),
+                worse=sum(d < 0 for d in diffs),
+            )
+        rows.append(PairedDifference(student, control, by_metric))
     return rows
 
 
@@ -330,52 +478,52 @@ def _cuts(lengths: Sequence[int], quartiles: Sequence[int]) -> dict[str, list[in
     }
 
 
-def markdown_report(result: dict) -> str:
-    summary = result["summary"]
+def markdown_report(result: EvalResult) -> str:
+    summary = result.summary
     lines = [
-        f"## Evaluation on split `{result['split']}` ({result['queries']} queries)",
+        f"## Evaluation on split `{result.split}` ({result.queries} queries)",
         "",
-        f"Reference ranking: teacher `{result['teacher']}`. Recall@K is against the teacher's top-K.",
+        f"Reference ranking: teacher `{result.teacher}`. Recall@K is against the teacher's top-K.",
         "",
         "| system | " + " | ".join(METRICS) + " | hard-query recall@5 | hard-query ndcg@10 |",
         "|---|" + "---|" * (len(METRICS) + 2),
     ]
     for system, s in summary.items():
-        hard = s["hard"]
+        hard = s.hard
         tail = [f"{hard['recall@5']:.3f}", f"{hard['ndcg@10']:.3f}"] if hard else ["–", "–"]
         lines.append(
             f"| {system} | "
-            + " | ".join(f"{s['all'][m]:.3f}" for m in METRICS)
+            + " | ".join(f"{s.all[m]:.3f}" for m in METRICS)
             + " | "
             + " | ".join(tail)
             + " |"
         )
     lines += ["", "Mean with 95% bootstrap interval over queries:", ""]
-    lines += ["| system | recall@5 | ndcg@10 |", "|---|---|---|"]
+    lines += ["| system | " + " | ".join(INTERVAL_METRICS) + " |", "|---|---|---|"]
     for system, s in summary.items():
-        ci = s["ci95"]
-        cells = [f"{s['all'][m]:.3f} [{ci[m][0]:.3f}, {ci[m][1]:.3f}]" for m in ("recall@5", "ndcg@10")]
+        ci = s.ci95
+        cells = [f"{s.all[m]:.3f} [{ci[m][0]:.3f}, {ci[m][1]:.3f}]" for m in INTERVAL_METRICS]
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
-    if paired := paired_differences(result):
+    if paired := paired_differences(result.records, result.systems):
         title = (
             "Each student minus its controls, paired over queries (95% bootstrap interval; better / worse)"
         )
-        lines += ["", title + ":", "", "| student | control | Δ ndcg@10 | Δ recall@5 |", "|---|---|---|---|"]
+        header = "| student | control | " + " | ".join(f"Δ {m}" for m in PAIRED_METRICS) + " |"
+        lines += ["", title + ":", "", header, "|---|---|---|---|"]
         for row in paired:
             cells = [
-                f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] ({d['better']} / {d['worse']})"
-                for d in (row["ndcg@10"], row["recall@5"])
+                f"{d.mean:+.3f} [{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}] ({d.better} / {d.worse})"
+                for d in (row.by_metric[m] for m in PAIRED_METRICS)
             ]
-            lines.append(f"| {row['student']} | {row['control']} | " + " | ".join(cells) + " |")
-    cuts = result["length_quartile_cuts_tokens"]
+            lines.append(f"| {row.student} | {row.control} | " + " | ".join(cells) + " |")
+    cuts = result.length_quartile_cuts_tokens
     lines += ["", "Recall@5 by item-length quartile (tokens of the query's best item):", ""]
     quarts = sorted(cuts)
     lines.append("| system | " + " | ".join(f"Q{q} ({cuts[q][0]}–{cuts[q][1]})" for q in quarts) + " |")
     lines.append("|---|" + "---|" * len(quarts))
     for system, s in summary.items():
         row = [
-            f"{s['by_length_quartile'][q]['recall@5']:.3f}" if q in s["by_length_quartile"] else "–"
-            for q in quarts
+            f"{s.by_length_quartile[q]['recall@5']:.3f}" if q in s.by_length_quartile else "–" for q in quarts
         ]
         lines.append(f"| {system} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
@@ -384,7 +532,7 @@ def markdown_report(result: dict) -> str:
 _LEVELS = {"bm25": {"color": "gray", "ls": "--"}, "no item": {"color": "gray", "ls": ":"}}
 
 
-def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
+def plot(summary: Mapping[str, SystemSummary], systems: Mapping[str, SystemFacts], out: Path) -> list[Path]:
     """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one panel
     for all queries and one per item-length quartile, one colour per system family — trained gists vs
     prefix caching (scored by the same student) vs untrained gists — with BM25, the no-item floor and
@@ -394,31 +542,30 @@ def plot(summary: dict, systems: dict[str, dict], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    families = sorted({f["family"] for f in systems.values() if f["positions"]})
+    families = sorted({f.family for f in systems.values() if f.positions})
     if not families:  # only full-context models and baselines: nothing varies with k
         return []
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    quartiles = sorted({q for s in summary.values() for q in s["by_length_quartile"]})
-    panels = [("all queries", lambda s: s["all"])] + [
-        (f"item-length quartile Q{q}", lambda s, q=q: s["by_length_quartile"].get(q)) for q in quartiles
-    ]
+    quartiles = sorted({q for s in summary.values() for q in s.by_length_quartile})
+    panels: list[tuple[str, Callable[[SystemSummary], Means | None]]] = [("all queries", lambda s: s.all)]
+    panels += [(f"item-length quartile Q{q}", lambda s, q=q: s.by_length_quartile.get(q)) for q in quartiles]
     paths = []
     for metric in ("recall@5", "recall@10", "ndcg@10"):
         fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharey=True, squeeze=False)
         for ax, (title, part) in zip(axes[0], panels, strict=True):
             for index, family in enumerate(families):
                 runs = sorted(
-                    (f["positions"], part(summary[name])[metric])
+                    (f.positions, means[metric])
                     for name, f in systems.items()
-                    if f["family"] == family and part(summary[name])
+                    if f.family == family and (means := part(summary[name]))
                 )
                 xs, ys = zip(*runs, strict=True)
                 ax.plot(xs, ys, marker="o", color=colors[index % len(colors)], label=family)
             for name, facts in systems.items():
-                if facts["positions"] or name == "teacher" or not part(summary[name]):
+                if facts.positions or name == "teacher" or not (means := part(summary[name])):
                     continue
                 style = _LEVELS.get(name, {"color": "black", "ls": "-."})
-                ax.axhline(part(summary[name])[metric], **style, label=name)
+                ax.axhline(means[metric], **style, label=name)
             ax.set_xscale("log", base=2)
             ax.set_title(title)
             ax.set_xlabel("stored K/V positions per item")

@@ -1,8 +1,12 @@
 """IR metrics of the evaluation protocol (DESIGN.md §5), pure Python/numpy, one query at a time.
 
-* `recall_at_k_vs_reference`: how much of the reference model's top-K a system keeps. The reference is
-  the full-context teacher on the same candidates; in a cascade a candidate pushed out of the top-K is
-  lost for every later stage, so this is the number that says whether compression is safe to deploy.
+Numpy is the only dependency: serving's shadow scoring imports this module inside the Triton Python
+backend (numpy < 2 there).
+
+* `recall_at_k_vs_reference` (and its two counts, `top_k_overlap`): how much of the reference model's
+  top-K a system keeps. The reference is the full-context teacher on the same candidates; in a cascade
+  a candidate pushed out of the top-K is lost for every later stage, so this is the number that says
+  whether compression is safe to deploy.
 * `ndcg_at_k` and `accuracy_at_1`: quality against the graded labels (0 irrelevant, 1 partial, 2 exact).
 * `mean_by_slice` and `length_quartiles`: a global mean hides the long items that carry the loss, so
   every metric is also reported per item-length quartile and per query kind (hard-negative or not).
@@ -34,6 +38,17 @@ def top_k(scores: Sequence[float], k: int) -> list[int]:
     return ranking(scores)[:k]
 
 
+def top_k_overlap(
+    system_scores: Sequence[float], reference_scores: Sequence[float], k: int
+) -> tuple[int, int]:
+    """(|top-k(system) ∩ top-k(reference)|, min(k, N)) over the same N candidates: the two counts of
+    recall@k, kept apart so that a caller can sum them over many queries before dividing (shadow
+    scoring pools them over live requests)."""
+    _check_same_length(system_scores, reference_scores, "system_scores", "reference_scores")
+    system, reference = top_k(system_scores, k), top_k(reference_scores, k)
+    return len(set(system) & set(reference)), min(k, len(reference))
+
+
 def recall_at_k_vs_reference(
     system_scores: Sequence[float], reference_scores: Sequence[float], k: int
 ) -> float:
@@ -42,9 +57,8 @@ def recall_at_k_vs_reference(
     With fewer than `k` candidates both top-k sets are the whole list and recall is 1: nothing was
     pushed out. Identical score vectors always give 1 because both sides use the same tie rule.
     """
-    _check_same_length(system_scores, reference_scores, "system_scores", "reference_scores")
-    system, reference = top_k(system_scores, k), top_k(reference_scores, k)
-    return len(set(system) & set(reference)) / min(k, len(reference))
+    overlap, reference = top_k_overlap(system_scores, reference_scores, k)
+    return overlap / reference
 
 
 def ndcg_at_k(scores: Sequence[float], labels: Sequence[int], k: int) -> float:

@@ -23,6 +23,7 @@ from monitoring.serving_metrics import (
     SHADOW_REQUESTS,
     SHADOW_SAMPLED,
 )
+from reranker.evaluation.ranking_metrics import top_k_overlap
 from reranker.serving.worker import BackgroundWorker
 
 logger = logging.getLogger(__name__)
@@ -31,18 +32,12 @@ logger = logging.getLogger(__name__)
 ScoreFull = Callable[[str, Sequence[str]], Sequence[float]]
 
 
-def top_k(scores: Sequence[float], k: int) -> set[int]:
-    """Indices of the k highest scores; ties go to the earlier candidate, so the result is deterministic."""
-    return set(sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:k])
-
-
 def overlap_at_k(
     gist: Sequence[float], full: Sequence[float], ks: Sequence[int] = SHADOW_KS
 ) -> dict[int, tuple[int, int]]:
-    """{K: (|top-K(gist) ∩ top-K(full)|, min(K, n))} for two score lists over the same n candidates."""
-    if len(gist) != len(full):
-        raise ValueError(f"{len(gist)} gist scores but {len(full)} full scores")
-    return {k: (len(top_k(gist, k) & top_k(full, k)), min(k, len(gist))) for k in ks}
+    """{K: (|top-K(gist) ∩ top-K(full)|, min(K, n))} for two finite score lists over the same n
+    candidates, ranked by the evaluation's rule (ties go to the earlier candidate)."""
+    return {k: top_k_overlap(gist, full, k) for k in ks}
 
 
 @dataclass(frozen=True)
@@ -95,7 +90,8 @@ class ShadowSampler:
             SHADOW_REQUESTS.labels(outcome="failed").inc()
             return
         # Only candidates both models scored take part (e.g. an item deleted in between drops out).
-        pairs = [(g, f) for g, f in zip(job.gist_scores, full, strict=True) if math.isfinite(f)]
+        scored = zip(job.gist_scores, full, strict=True)
+        pairs = [(g, f) for g, f in scored if math.isfinite(g) and math.isfinite(f)]
         if not pairs:
             SHADOW_REQUESTS.labels(outcome="failed").inc()
             return
