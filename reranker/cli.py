@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_CHECKPOINT
 from reranker.serving.cli import rerank, serve
 from streaming.cli import catalog_app, consume, materialize, publish
@@ -20,7 +21,6 @@ for command in (publish, consume, materialize, serve, rerank):
 Base = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
 NumGist = Annotated[int, typer.Option(help="k gist tokens per item")]
 DType = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 (auto: bf16 only where fast)")]
-DEFAULT_BASE = "smollm2-135m-instruct"
 
 
 @app.command()
@@ -146,13 +146,17 @@ Data = Annotated[
 
 
 def _load_data(data: str, seed: int, products: int, max_item_tokens: int):  # -> RelevanceSet
+    from reranker.core.errors import GistRankError
     from reranker.training.data_synth import generate
     from reranker.training.relevance_data import RelevanceSet, load_relevance_file
 
     if data == "synthetic":
         return generate(seed, products, queries_per_product=4, length_tokens=(100, max(120, max_item_tokens)))
     path = Path(data)
-    return RelevanceSet.load_jsonl(path) if path.is_dir() else load_relevance_file(path)
+    try:
+        return RelevanceSet.load_jsonl(path) if path.is_dir() else load_relevance_file(path)
+    except GistRankError as exc:  # a bad relevance file: one line naming its file and line, no traceback
+        raise typer.BadParameter(str(exc), param_hint="--data") from exc
 
 
 @app.command()
@@ -168,9 +172,6 @@ def train(
         int, typer.Option(help="t: first item tokens kept as raw K/V beside the gists (hybrid; 0 = off)")
     ] = 0,
     max_item_tokens: int = 512,
-    gist_read_bias: Annotated[
-        float, typer.Option(help="b: raise the query's attention logits on its gists by b (0 = off)")
-    ] = 0.0,
     score_rule: Annotated[
         str,
         typer.Option(help="head (a trained logit) | query_likelihood (log p(query | item) from the LM head)"),
@@ -209,7 +210,6 @@ def train(
                 num_gist=num_gist,
                 keep_item_prefix=keep_item_prefix,
                 max_item_tokens=max_item_tokens,
-                gist_read_bias=gist_read_bias,
                 score_rule=score_rule,
                 dtype=resolve_dtype(dtype),
                 **({"query_template": query_template} if query_template else template_for(score_rule)),
@@ -316,15 +316,11 @@ def evaluate(
     ] = False,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
-    from reranker.core.errors import GistRankError
     from reranker.evaluation.evaluate import evaluate as run_eval
 
     if not student and not full_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
-    try:
-        relevance = _load_data(data, seed, products, max_item_tokens)
-    except GistRankError as exc:  # a bad relevance file: one line naming its file and line, no traceback
-        raise typer.BadParameter(str(exc), param_hint="--data") from exc
+    relevance = _load_data(data, seed, products, max_item_tokens)
     result = run_eval(
         relevance,
         teacher,

@@ -53,8 +53,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     for role in ("teacher", "student"):
         args = ["train", "--out", str(tmp_path / role), "--role", role, "--base", str(tiny_base)]
         args += ["--num-gist", "2", "--keep-item-prefix", "3", "--dtype", "float32", "--config", str(cfg)]
-        bias = ["--gist-read-bias", "1.5"] if role == "student" else []
-        result = runner.invoke(app, [*args, *bias, *common])
+        result = runner.invoke(app, [*args, *common])
         assert result.exit_code == 0, result.output
         assert "2 steps" in result.output
     resume = ["train", "--out", str(tmp_path / "student"), "--resume", "--steps", "3", *common]
@@ -64,7 +63,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, resume)
     assert result.exit_code != 0 and "alreadyatstep3" in unboxed(result.output)
     saved = json.loads((tmp_path / "student" / "checkpoint" / "gistrank.json").read_text())
-    assert saved["gist"]["gist_read_bias"] == 1.5
+    assert (saved["gist"]["num_gist"], saved["gist"]["keep_item_prefix"]) == (2, 3)
     args = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), "--prefix-k", "1"]
     args += ["--student", str(tmp_path / "student" / "checkpoint"), "--out", str(tmp_path / "eval"), *common]
     result = runner.invoke(app, [*args, "--control-base"])

@@ -21,9 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
 logger = logging.getLogger(__name__)
 
 DEFAULT_BASE = "smollm2-135m-instruct"
@@ -102,6 +99,9 @@ def _convert_gguf(gguf_file: Path, target: Path) -> None:
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
+        import torch  # here, not at import: the CLI reads DEFAULT_BASE without loading torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
         logger.info("Dequantizing GGUF weights to float32")
         # dequantize=True asks for a plain dense model explicitly (the alternative keeps GGUF blocks
         # and needs the `kernels` package, which we never use; such a model also cannot be saved).
