@@ -22,6 +22,7 @@ from reranker.bench.harness import model_meta, publish
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
 from reranker.training.data_synth import generate
+from reranker.training.forwards import score_packed
 
 
 def _seconds(step: Callable[[], None], repeats: int) -> float:
@@ -66,7 +67,7 @@ def run_packing_bench(
                 model.score_masked(q, texts).sum().backward()
 
         def packed(qs: list[str] = qs) -> None:
-            torch.stack([s.sum() for s in model.score_packed(texts, [qs] * len(texts))]).sum().backward()
+            torch.stack([s.sum() for s in score_packed(model, texts, [qs] * len(texts))]).sum().backward()
 
         pairs = m * len(texts)
         plain_rate = pairs / _seconds(unpacked, repeats)

@@ -75,7 +75,9 @@ class TrainConfig(BaseModel):
     autoencode: float = 0.0
     autoencode_tokens: int = 64
     autoencode_items: int = Field(8, description="items per step for the autoencoding loss")
-    pack_queries: bool = Field(False, description="several queries per item row (GistReranker.score_packed)")
+    pack_queries: bool = Field(
+        False, description="several queries per item row (training.forwards.score_packed)"
+    )
     checkpoint_every: int = 50
     seed: int = 0
 
