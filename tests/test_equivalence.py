@@ -170,3 +170,39 @@ def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
 def test_keep_item_prefix_must_leave_room_for_the_item() -> None:
     with pytest.raises(ValueError, match="keep_item_prefix=64 must be below max_item_tokens=64"):
         GistConfig(keep_item_prefix=64, max_item_tokens=64)
+
+
+# ---------------------------------------------- prefix compressor: the item's first t + k tokens only
+@pytest.mark.parametrize("t", [0, 6])
+def test_prefix_compressor_is_the_item_cut_to_its_budget(tiny_base: Path, t: int) -> None:
+    """The stored K/V of the first min(t + k, j) tokens, the query right after them: exactly the
+    full-context forward of the cut item + query, short items (fewer than t + k tokens) included."""
+    gist = GistConfig(num_gist=4, keep_item_prefix=t, compressor="prefix", dtype="float32")
+    model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+    kvs = model.compress(ITEMS, batch_size=3)
+    item_ids, _ = model.item_ids(ITEMS)
+    assert [kv.kv.shape[3] for kv in kvs] == [min(len(ids), t + 4) for ids in item_ids]
+    assert any(len(ids) < t + 4 for ids in item_ids)  # "kettle": stored whole
+    q = model.query_tail(QUERY)
+    rows = [torch.cat([model.embed(ids[: t + 4]), q.embeds]) for ids in item_ids]
+    assert_scores_equal(model.score(QUERY, kvs), forward_scores(model, rows, None, q))
+
+
+def test_rank_orders_candidates_by_score(tiny_model: GistReranker) -> None:
+    scores = tiny_model.score(QUERY, tiny_model.compress(ITEMS)).tolist()
+    ranked = tiny_model.rank(QUERY, ITEMS)
+    assert [i for i, _ in ranked] == sorted(range(len(ITEMS)), key=lambda i: -scores[i])
+    assert [s for _, s in ranked] == pytest.approx(sorted(scores, reverse=True))
+    kvs = tiny_model.compress(ITEMS)
+    assert tiny_model.rank(QUERY, kvs, top_k=2) == ranked[:2]  # stored K/V rank the same
+    with pytest.raises(EmptyInputError):
+        tiny_model.rank(QUERY, [])
+
+
+def test_reconfiguring_keeps_trained_gists_only_for_the_same_layout(tiny_model: GistReranker) -> None:
+    longer = tiny_model.gist.model_copy(update={"max_item_tokens": 512})
+    same = tiny_model.with_gist_config(longer, keep_gists=True)
+    assert torch.equal(same.gist_embeddings, tiny_model.gist_embeddings)
+    assert same.fingerprint != tiny_model.fingerprint  # another config: its K/V is not interchangeable
+    with pytest.raises(ValueError, match="trained gists have k=4"):
+        tiny_model.with_gist_config(longer.model_copy(update={"num_gist": 8}), keep_gists=True)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DType = Literal["float32", "bfloat16", "float16"]
 ScoreRule = Literal["head", "query_likelihood"]
-Compressor = Literal["gist", "select"]
+Compressor = Literal["gist", "select", "prefix"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
@@ -55,7 +55,8 @@ class GistConfig(BaseModel):
         "gist",
         description="what the k stored positions are: 'gist' = the K/V of k learned gist tokens after the "
         "item; 'select' = per layer and KV head, the K/V of the k item positions an observation window "
-        "attends to most (no training; reranker/core/selection.py)",
+        "attends to most (no training; reranker/core/selection.py); 'prefix' = the K/V of the item's "
+        "first t + k tokens, read as if the item ended there (plain prefix caching at the same budget)",
     )
     select_window: int = Field(16, ge=0, description="select: the item's last tokens that observe it")
     select_pool: int = Field(

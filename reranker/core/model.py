@@ -107,13 +107,23 @@ class GistReranker(GistWeights):
         return cls._mean_plus_noise(lm, num_gist, g)
 
     @torch.inference_mode(False)
-    def with_gist_config(self, gist: GistConfig) -> GistReranker:
+    def with_gist_config(self, gist: GistConfig, keep_gists: bool = False) -> GistReranker:
         """The same body (shared, not copied), score token and head under `gist`, with that config's
-        untrained gists: a warm start for a student, the "untrained gists" and prefix baselines."""
+        untrained gists (a warm start for a student, the "untrained gists" baseline) — or with these
+        trained gists when `keep_gists` and the gist layout (k, t) is unchanged: the same model read
+        with other settings, e.g. a longer item cap or another compressor."""
         other = GistReranker(self.lm, self.tokenizer, gist, self.base_ref)
+        same_layout = (gist.num_gist, gist.keep_item_prefix) == (
+            self.gist.num_gist,
+            self.gist.keep_item_prefix,
+        )
+        if keep_gists and not same_layout:
+            raise ValueError(f"trained gists have k={self.gist.num_gist}, t={self.gist.keep_item_prefix}")
         with torch.no_grad():
             other.score_embedding.copy_(self.score_embedding)
             other.head.load_state_dict(self.head.state_dict())
+            if keep_gists:
+                other.gist_embeddings.copy_(self.gist_embeddings)
         return other.eval()
 
     # ------------------------------------------------------------------------------ tokenization
@@ -290,6 +300,10 @@ class GistReranker(GistWeights):
             idx = order[start : start + batch_size]
             if self.gist.compressor == "select":
                 kvs = select_kv(self, [item_ids[i] for i in idx])
+            elif self.gist.compressor == "prefix":
+                kept = [item_ids[i][: t + self.gist.num_gist] for i in idx]
+                slots = [torch.arange(len(ids), device=self.device) for ids in kept]
+                kvs = self.causal_kv([self.embed(ids) for ids in kept], slots)
             else:
                 rows = [torch.cat([self.embed(item_ids[i]), self.gist_embeddings]) for i in idx]
                 kvs = self.causal_kv(rows, [self._stored_slots(len(item_ids[i])) for i in idx])
@@ -328,13 +342,34 @@ class GistReranker(GistWeights):
                 raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.kv_dtype}")
 
     def tail_slots(self, x: GistKV) -> int:
-        """Columns after the prefix a valid entry has: k gists, or min(k, j - p) selected item columns."""
+        """Columns after the prefix a valid entry has: k gists, or min(k, j - p) item columns (selected,
+        or the tokens after the prefix)."""
         k = self.gist.num_gist
         return k if self.gist.compressor == "gist" else min(k, x.item_tokens - x.prefix_tokens)
 
     def query_start(self, x: GistKV) -> int:
-        """Position of the query's first token: after the gists (j + k), or after the item (j)."""
+        """Position of the query's first token: after the gists (j + k); after the item (j) for
+        selected columns; right after the stored tokens for a prefix (the item cut to t + k)."""
+        if self.gist.compressor == "prefix":
+            return x.prefix_tokens + self.tail_slots(x)
         return x.item_tokens + (self.gist.num_gist if self.gist.compressor == "gist" else 0)
+
+    def rank(
+        self,
+        query: str,
+        items: Sequence[str] | Sequence[GistKV],
+        top_k: int | None = None,
+        batch_size: int = 16,
+    ) -> list[tuple[int, float]]:
+        """Rank candidates for `query`, best first → [(index into `items`, score)], the `top_k` best
+        (all when None). `items`: texts (compressed here) or stored K/V (scored as they are)."""
+        if not items:
+            raise EmptyInputError("no candidates given")
+        texts = all(isinstance(x, str) for x in items)
+        kvs = self.compress(items, batch_size) if texts else list(items)  # type: ignore[arg-type]
+        scores = self.score(query, kvs).tolist()  # type: ignore[arg-type]
+        order = sorted(range(len(scores)), key=lambda i: -scores[i])
+        return [(i, scores[i]) for i in order[:top_k]]
 
     @torch.inference_mode()
     def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor:

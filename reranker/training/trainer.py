@@ -129,14 +129,11 @@ class Trainer:
         model = GistReranker.from_pretrained(cfg.init, device=device)
         if model.gist == cfg.gist:
             return model
-        warm = model.with_gist_config(cfg.gist)
-        if (model.gist.num_gist, model.gist.keep_item_prefix) == (
+        same_layout = (model.gist.num_gist, model.gist.keep_item_prefix) == (
             cfg.gist.num_gist,
             cfg.gist.keep_item_prefix,
-        ):
-            with torch.no_grad():
-                warm.gist_embeddings.copy_(model.gist_embeddings)
-        return warm
+        )
+        return model.with_gist_config(cfg.gist, keep_gists=same_layout)
 
     def _param_groups(self) -> list[dict]:
         m = self.model
