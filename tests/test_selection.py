@@ -138,3 +138,28 @@ def test_selected_entries_round_trip_the_codec(tiny_base: Path, storage: str) ->
     decoded = [kv_codec.decode(kv_codec.encode(kv, "hash", storage), dtype=torch.float32).kv for kv in kvs]
     tol = {"float32": 1e-6, "bfloat16": 0.05, "int8": 0.05}[storage]
     torch.testing.assert_close(model.score(QUERY, decoded), model.score(QUERY, kvs), rtol=tol, atol=tol)
+
+
+def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: Path) -> None:
+    """`REF?compressor=select&num_gist=6&max_item_tokens=512`: one string that every command and the
+    Triton config take; a checkpoint keeps its trained weights, and its gists while k is unchanged."""
+    from reranker.core.checkpoints import default_shadow, model_spec, split_spec
+
+    trained = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    with torch.no_grad():
+        trained.gist_embeddings.add_(0.5)
+    ckpt = trained.save_pretrained(tmp_path / "ckpt")
+    spec = model_spec(ckpt, compressor="select", num_gist=6, max_item_tokens=512, select_pool=None)
+    assert split_spec(spec) == (str(ckpt), {"compressor": "select", "num_gist": "6", "max_item_tokens": "512"})
+    model = GistReranker.from_pretrained(spec, device="cpu")
+    assert (model.gist.compressor, model.gist.num_gist, model.gist.max_item_tokens) == ("select", 6, 512)
+    torch.testing.assert_close(model.score_full(QUERY, ITEMS), trained.score_full(QUERY, ITEMS))
+    longer = GistReranker.from_pretrained(model_spec(ckpt, max_item_tokens=512), device="cpu")
+    assert torch.equal(longer.gist_embeddings, trained.gist_embeddings)  # same gists, longer cap
+    assert longer.fingerprint != trained.fingerprint
+    with pytest.raises(ValueError, match="trained with k=4"):
+        GistReranker.from_pretrained(model_spec(ckpt, num_gist=8), device="cpu")
+    with pytest.raises(ValueError, match="unknown settings"):
+        GistReranker.from_pretrained(f"{ckpt}?dtype=float16", device="cpu")
+    shadow = default_shadow(model_spec("gistrank-hybrid-t32-k8", max_item_tokens=1024))
+    assert shadow == "gistrank-teacher-lora?max_item_tokens=1024"

@@ -28,7 +28,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from reranker.core.base_models import DEFAULT_BASE, resolve_base
-from reranker.core.checkpoints import CHECKPOINT_FILE, resolve_checkpoint
+from reranker.core.checkpoints import CHECKPOINT_FILE, resolve_checkpoint, split_spec
 from reranker.core.config import GistConfig, compute_dtype_for
 
 if TYPE_CHECKING:
@@ -85,14 +85,19 @@ class GistWeights(nn.Module):
     ) -> Self:
         """Wrap a base LM (alias, local HF folder or Hub id) or load a GistRank checkpoint folder.
 
-        For a checkpoint, `gist` may be omitted; if given it must equal the saved config.
+        For a checkpoint, `gist` may be omitted; if given it must equal the saved config. `base` may
+        carry reading settings (`REF?compressor=select&num_gist=64&max_item_tokens=1024`,
+        `checkpoints.split_spec`): a checkpoint is then read under them (its trained gists kept while
+        their layout is unchanged), a base wrapped with them.
         `compute_dtype`: "auto" (`config.compute_dtype_for`) or a dtype name.
         """
         device = torch.device(device) if device is not None else _default_device()
-        base = resolve_checkpoint(base)
+        ref, settings = split_spec(base)
+        base = resolve_checkpoint(ref)
         ckpt = Path(base) / CHECKPOINT_FILE
         if not ckpt.is_file():
-            return cls._wrap(base, str(base), gist or GistConfig(), device).to_compute(compute_dtype)
+            config = GistConfig(**((gist or GistConfig()).model_dump() | settings))
+            return cls._wrap(base, str(base), config, device).to_compute(compute_dtype)
         meta = json.loads(ckpt.read_text())
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{ckpt}: unsupported checkpoint format {meta.get('format')!r}")
@@ -111,7 +116,23 @@ class GistWeights(nn.Module):
                 f"saved as {meta['fingerprint']} — the base behind {base_ref!r} is not the one it was "
                 "trained on"
             )
+        if settings:
+            model = model._read_with(settings, ckpt)
         return model.to_compute(compute_dtype)
+
+    def _read_with(self, settings: dict[str, str], source: Path) -> Self:
+        """This checkpoint under other reading settings (a longer item cap, another compressor)."""
+        config = GistConfig(**(self.gist.model_dump() | settings))
+        same_layout = (config.num_gist, config.keep_item_prefix) == (
+            self.gist.num_gist,
+            self.gist.keep_item_prefix,
+        )
+        if not same_layout and config.compressor == "gist":
+            raise ValueError(
+                f"{source}: its gists were trained with k={self.gist.num_gist}; read it with another k only "
+                "through compressor=select or prefix"
+            )
+        return self.with_gist_config(config, keep_gists=same_layout)  # type: ignore[attr-defined]
 
     @classmethod
     def _wrap(cls, base: str | Path, base_ref: str, gist: GistConfig, device: torch.device) -> Self:

@@ -9,6 +9,7 @@ base weights, so a different base behind the alias is refused at load.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
 
 CHECKPOINT_FILE = "gistrank.json"
 DEFAULT_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule
@@ -21,19 +22,53 @@ SHIPPED = {
 }
 
 
+# GistConfig settings a model reference may override: how a model reads items, not what it learned
+SPEC_SETTINGS = ("compressor", "num_gist", "max_item_tokens", "select_window", "select_pool")
+
+
+def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
+    """A model reference with reading settings, `REF?compressor=select&num_gist=64&max_item_tokens=1024`
+    → (REF, {setting: value}). One string, so every command and the Triton config that take a model
+    take a variant of it too (`GistReranker.from_pretrained` applies the settings)."""
+    if isinstance(spec, Path) or "?" not in spec:
+        return spec, {}
+    ref, _, query = spec.partition("?")
+    settings = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=True))
+    unknown = sorted(set(settings) - set(SPEC_SETTINGS))
+    if unknown:
+        raise ValueError(
+            f"{spec}: unknown settings {unknown}; a model reference may set {list(SPEC_SETTINGS)}"
+        )
+    return ref, settings
+
+
+def model_spec(ref: str | Path, **settings: object) -> str:
+    """`ref` with the reading settings that are not None (see `split_spec`)."""
+    given = {name: value for name, value in settings.items() if value is not None}
+    unknown = sorted(set(given) - set(SPEC_SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown settings {unknown}; a model reference may set {list(SPEC_SETTINGS)}")
+    return f"{ref}?{urlencode(given)}" if given else str(ref)
+
+
 def resolve_checkpoint(ref: str | Path) -> str | Path:
     """A shipped checkpoint's folder for its alias; anything else unchanged."""
     return SHIPPED.get(str(ref), ref)
 
 
 def is_checkpoint(ref: str | Path) -> bool:
-    """Whether `ref` (alias or folder) is a GistRank checkpoint rather than a base model."""
-    return (Path(resolve_checkpoint(ref)) / CHECKPOINT_FILE).is_file()
+    """Whether `ref` (alias, folder, or either with reading settings) is a GistRank checkpoint rather
+    than a base model."""
+    return (Path(resolve_checkpoint(split_spec(ref)[0])) / CHECKPOINT_FILE).is_file()
 
 
 def default_shadow(model: str | Path) -> str:
     """The full-context model that checks `model` online when none is named: the shipped teacher for a
     shipped student (all trained on the same data and base), else `model`'s own full-context forward."""
+    ref, settings = split_spec(model)
     students = (SHIPPED[DEFAULT_CHECKPOINT], SHIPPED[QL_CHECKPOINT])
-    shipped_student = Path(resolve_checkpoint(model)).resolve() in {s.resolve() for s in students}
-    return SHADOW_CHECKPOINT if shipped_student else str(model)
+    shipped_student = Path(resolve_checkpoint(ref)).resolve() in {s.resolve() for s in students}
+    if not shipped_student:
+        return str(model)
+    # the shadow reads items as far as the student does
+    return model_spec(SHADOW_CHECKPOINT, max_item_tokens=settings.get("max_item_tokens"))
