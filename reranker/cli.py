@@ -44,6 +44,13 @@ def demo(
             help="full-context model of the shadow; default the shipped teacher for a shipped student"
         ),
     ] = None,
+    compressor: Annotated[
+        str,
+        typer.Option(
+            help="gist | select | prefix: what the k stored positions are; select and prefix read any "
+            "checkpoint's body with --num-gist positions and no training"
+        ),
+    ] = "gist",
 ) -> None:
     """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
     if core:
@@ -53,7 +60,7 @@ def demo(
         return
     from reranker.demo.pipeline import run_pipeline_demo
 
-    run_pipeline_demo(base, workdir, num_gist, dtype, queries, max_item_tokens, shadow_model)
+    run_pipeline_demo(base, workdir, num_gist, dtype, queries, max_item_tokens, shadow_model, compressor)
 
 
 @app.command()

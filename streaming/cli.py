@@ -72,6 +72,17 @@ StorageDType = Annotated[
     BlobDType | None, typer.Option(help="K/V dtype in the stored blob (default: the model's K/V dtype)")
 ]
 CompressBatch = Annotated[int, typer.Option(help="items per compression forward")]
+CompressorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--compressor",
+        help="gist | select | prefix: what the k stored positions are (default: the model's own; select "
+        "and prefix need no training and work on any checkpoint's body)",
+    ),
+]
+MaxItemTokens = Annotated[
+    int | None, typer.Option(help="item tokens read before truncating (default: the model's own cap)")
+]
 
 
 def _settings(bootstrap_servers: str | None) -> KafkaSettings:
@@ -81,23 +92,32 @@ def _settings(bootstrap_servers: str | None) -> KafkaSettings:
         raise typer.BadParameter(f"Kafka settings: {exc}") from None
 
 
-def _load_model(ref: str, num_gist: int | None, dtype: ComputeDType | None) -> GistReranker:
+def _load_model(
+    ref: str,
+    num_gist: int | None,
+    dtype: ComputeDType | None,
+    compressor: str | None = None,
+    max_item_tokens: int | None = None,
+) -> GistReranker:
+    """The model `ref` names, read with the given settings (`checkpoints.model_spec`): the one place the
+    consumer, the backfill and the server's recompute agree on, so their K/V fingerprints match."""
     from reranker import GistConfig, GistReranker
-    from reranker.core.checkpoints import is_checkpoint
+    from reranker.core.checkpoints import is_checkpoint, model_spec
     from reranker.core.config import resolve_dtype
 
-    if is_checkpoint(ref):
-        # A checkpoint carries its gist config; options may only confirm it, never silently differ.
-        # `auto` asks for no particular dtype, so the checkpoint's own satisfies it.
-        model = GistReranker.from_pretrained(ref)
-        dtype_name = None if dtype in (None, ComputeDType.auto) else dtype.value
-        for name, wanted in (("num_gist", num_gist), ("dtype", dtype_name)):
-            if wanted is not None and getattr(model.gist, name) != wanted:
-                raise typer.BadParameter(f"{ref} was trained with {name}={getattr(model.gist, name)}")
-        return model
-    dtype_name = resolve_dtype(dtype.value) if dtype is not None else None
-    overrides = {k: v for k, v in (("num_gist", num_gist), ("dtype", dtype_name)) if v is not None}
-    return GistReranker.from_pretrained(ref, GistConfig(**overrides))
+    spec = model_spec(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    try:
+        if is_checkpoint(ref):
+            # A checkpoint carries its weights' dtype; `auto` asks for no particular one.
+            model = GistReranker.from_pretrained(spec)
+            wanted = None if dtype in (None, ComputeDType.auto) else dtype.value
+            if wanted is not None and model.gist.dtype != wanted:
+                raise typer.BadParameter(f"{ref} was trained with dtype={model.gist.dtype}")
+            return model
+        dtype_name = resolve_dtype(dtype.value) if dtype is not None else None
+        return GistReranker.from_pretrained(spec, GistConfig(**({"dtype": dtype_name} if dtype_name else {})))
+    except ValueError as exc:  # an unknown compressor, a k the trained gists do not have, ...
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _open_store(feast_dir: Path | None, online: OnlineStore, redis_url: str | None) -> GistStore:
@@ -152,6 +172,8 @@ def publish(
 def consume(
     model: ModelRef = DEFAULT_MODEL,
     num_gist: NumGist = None,
+    compressor: CompressorOpt = None,
+    max_item_tokens: MaxItemTokens = None,
     dtype: DType = None,
     storage_dtype: StorageDType = None,
     batch_size: Annotated[int, typer.Option(help="records polled per batch")] = 64,
@@ -178,7 +200,7 @@ def consume(
     settings = _settings(bootstrap_servers)
     if create_topics:
         ensure_topics(settings, partitions)
-    gist_model = _load_model(model, num_gist, dtype)
+    gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
     store = _open_store(feast_dir, online, redis_url)
     if metrics_port is not None:
         from prometheus_client import start_http_server
@@ -216,6 +238,8 @@ def materialize(
     catalog_url: CatalogUrl = DEFAULT_URL,
     model: ModelRef = DEFAULT_MODEL,
     num_gist: NumGist = None,
+    compressor: CompressorOpt = None,
+    max_item_tokens: MaxItemTokens = None,
     dtype: DType = None,
     storage_dtype: StorageDType = None,
     batch_size: CompressBatch = 16,
@@ -226,7 +250,7 @@ def materialize(
     """Backfill the gist store from the catalog: every live item, or only the stale ones."""
     from streaming.materialize import materialize as run_materialize
 
-    gist_model = _load_model(model, num_gist, dtype)
+    gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
     store = _open_store(feast_dir, online, redis_url)
     with Catalog(catalog_url) as catalog:
         blob_dtype = storage_dtype.value if storage_dtype else None

@@ -152,13 +152,16 @@ def test_eval_refuses_a_duplicated_relevance_row_naming_file_and_line(tmp_path: 
 
 @pytest.mark.kafka
 @pytest.mark.triton
-def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
-    """`make demo` on a tiny model: every stage runs against the real services and they all stop."""
+@pytest.mark.parametrize("compressor", ["gist", pytest.param("select", marks=pytest.mark.select)])
+def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path, compressor: str) -> None:
+    """`make demo` on a tiny model: every stage runs against the real services and they all stop; the
+    select compressor goes the same way (consumer → Feast → Triton, one fingerprint)."""
     args = ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
-    args += ["--workdir", str(tmp_path / "demo"), "--queries", "2"]
+    args += ["--workdir", str(tmp_path / "demo"), "--queries", "2", "--compressor", compressor]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     out = result.output
+    assert f": {compressor}, k=4, t=0, float32, fingerprint" in out
     assert "16/16 items have gist K/V in Feast" in out
     assert out.count("query: ") == 2
     assert "→ version" in out and "(feast)" in out.split("→ version")[1]

@@ -150,7 +150,10 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
         trained.gist_embeddings.add_(0.5)
     ckpt = trained.save_pretrained(tmp_path / "ckpt")
     spec = model_spec(ckpt, compressor="select", num_gist=6, max_item_tokens=512, select_pool=None)
-    assert split_spec(spec) == (str(ckpt), {"compressor": "select", "num_gist": "6", "max_item_tokens": "512"})
+    assert split_spec(spec) == (
+        str(ckpt),
+        {"compressor": "select", "num_gist": "6", "max_item_tokens": "512"},
+    )
     model = GistReranker.from_pretrained(spec, device="cpu")
     assert (model.gist.compressor, model.gist.num_gist, model.gist.max_item_tokens) == ("select", 6, 512)
     torch.testing.assert_close(model.score_full(QUERY, ITEMS), trained.score_full(QUERY, ITEMS))

@@ -20,7 +20,13 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.core.checkpoints import is_checkpoint, resolve_checkpoint
+from reranker.core.checkpoints import (
+    default_shadow,
+    is_checkpoint,
+    model_spec,
+    resolve_checkpoint,
+    split_spec,
+)
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
 from reranker.demo.core import sample_queries
@@ -57,17 +63,22 @@ class ServingModel:
     """The one checkpoint that every component of a run loads, so writer and server share a fingerprint."""
 
     model: GistReranker
-    checkpoint: Path  # what the server loads
+    checkpoint: str  # what the server loads: a checkpoint folder, with reading settings if any
     trained: bool  # a GistRank checkpoint (else a base wrapped with untrained gists and head)
 
 
 def serving_checkpoint(model: str, workdir: Path, wrap: GistConfig) -> ServingModel:
-    """A GistRank checkpoint (alias or folder) as it is; a base alias or HF folder wrapped under `wrap`
-    and saved to `workdir/model`."""
+    """A GistRank checkpoint (alias or folder) read with `wrap`'s compressor (and its k, for select
+    and prefix, which need no training); a base alias or HF folder wrapped under `wrap` and saved to
+    `workdir/model`."""
     trained = is_checkpoint(model)
-    gist_model = GistReranker.from_pretrained(model, None if trained else wrap)
-    checkpoint = Path(resolve_checkpoint(model)) if trained else gist_model.save_pretrained(workdir / "model")
-    return ServingModel(gist_model, checkpoint, trained)
+    if not trained:
+        gist_model = GistReranker.from_pretrained(model, wrap)
+        return ServingModel(gist_model, str(gist_model.save_pretrained(workdir / "model")), trained)
+    ref, _ = split_spec(model)
+    budget = {} if wrap.compressor == "gist" else {"compressor": wrap.compressor, "num_gist": wrap.num_gist}
+    spec = model_spec(resolve_checkpoint(ref), **budget)
+    return ServingModel(GistReranker.from_pretrained(spec), spec, trained)
 
 
 # ------------------------------------------------------------------------------------------- results
@@ -210,7 +221,7 @@ def _consume_catalog(
 
 
 def _start_triton(
-    checkpoint: Path, workdir: Path, catalog_url: str, shadow_model: str | None, console: Console
+    checkpoint: str, workdir: Path, catalog_url: str, shadow_model: str | None, console: Console
 ) -> TritonServer:
     """gist_reranker + full_reranker, every request shadowed, a short L1 TTL."""
     from reranker.serving.server import ServerSettings, TritonServer
@@ -218,7 +229,7 @@ def _start_triton(
     # the resolved checkpoint, so an untrained wrap's shadow is the very model saved above (same
     # item cap), not a new wrap of the base
     serving = ServerSettings.local(
-        str(checkpoint),
+        checkpoint,
         workdir,
         full_model_path=shadow_model,
         catalog_url=catalog_url,
@@ -294,6 +305,7 @@ def run_pipeline_demo(
     queries: int = 3,
     max_item_tokens: int = 256,
     shadow_model: str | None = None,
+    compressor: str = "gist",
 ) -> PipelineDemoResult:
     """The whole pipeline (module docstring) in `workdir` (emptied first); prints each step."""
     from reranker.serving.client import RerankClient
@@ -305,11 +317,16 @@ def run_pipeline_demo(
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     steps("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
-    wrap = GistConfig(num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype))
+    wrap = GistConfig(
+        num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype), compressor=compressor
+    )
     served = serving_checkpoint(model, workdir, wrap)
     g, fingerprint = served.model.gist, served.model.fingerprint
-    console.print(f"{model}: k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}, fingerprint {fingerprint}")
-    if not served.trained:
+    layout = f"{g.compressor}, k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}"
+    console.print(f"{model}: {layout}, fingerprint {fingerprint}")
+    if shadow_model is None and served.trained:
+        shadow_model = default_shadow(model)  # a shipped student's teacher, also when read by selection
+    if not served.trained and g.compressor == "gist":
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
 
     catalog_url = f"sqlite:///{workdir / 'catalog.db'}"

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from reranker.core.checkpoints import DEFAULT_CHECKPOINT
+from reranker.core.checkpoints import DEFAULT_CHECKPOINT, model_spec
 
 Port = Annotated[int, typer.Option(help="0 = pick a free port")]
 
@@ -22,6 +22,15 @@ def serve(
     model: Annotated[
         str, typer.Option(help="GistRank checkpoint (folder or shipped alias), base alias or HF folder")
     ] = DEFAULT_CHECKPOINT,
+    compressor: Annotated[
+        str | None, typer.Option(help="gist | select | prefix (default: the model's own)")
+    ] = None,
+    num_gist: Annotated[
+        int | None, typer.Option(help="k stored positions (default: the model's own)")
+    ] = None,
+    max_item_tokens: Annotated[
+        int | None, typer.Option(help="item tokens read, for the model and its shadow (default: their own)")
+    ] = None,
     catalog_url: Annotated[
         str, typer.Option(help="catalog DB (recompute source)")
     ] = "sqlite:///var/catalog.db",
@@ -55,14 +64,18 @@ def serve(
     workdir: Annotated[str, typer.Option(help="runtime repository and log; default a temporary dir")] = "",
     startup_timeout_s: Annotated[float, typer.Option(help="give up if not ready by then")] = 600.0,
 ) -> None:
-    """Run tritonserver with the gist_reranker and full_reranker models until SIGTERM or Ctrl-C."""
+    """Run tritonserver with the gist_reranker and full_reranker models until SIGTERM or Ctrl-C.
+
+    --compressor / --num-gist / --max-item-tokens read --model with those settings; the consumer and
+    `materialize` must be given the same ones, or their K/V carries another fingerprint."""
     from reranker.serving.server import ServerError, ServerSettings, TritonServer
 
+    spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     server = TritonServer(
         ServerSettings(
-            model_path=model,
+            model_path=spec,
             catalog_url=catalog_url,
-            full_model_path=full_model,
+            full_model_path=full_model and model_spec(full_model, max_item_tokens=max_item_tokens),
             feast_online=feast_online,
             feast_dir=feast_dir,
             redis_url=redis_url,

@@ -43,8 +43,9 @@ def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
 
 
 def model_spec(ref: str | Path, **settings: object) -> str:
-    """`ref` with the reading settings that are not None (see `split_spec`)."""
-    given = {name: value for name, value in settings.items() if value is not None}
+    """`ref` (itself possibly with settings) with the reading settings that are not None added."""
+    ref, existing = split_spec(ref)
+    given = existing | {name: value for name, value in settings.items() if value is not None}
     unknown = sorted(set(given) - set(SPEC_SETTINGS))
     if unknown:
         raise ValueError(f"unknown settings {unknown}; a model reference may set {list(SPEC_SETTINGS)}")
