@@ -166,3 +166,22 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
         GistReranker.from_pretrained(f"{ckpt}?dtype=float16", device="cpu")
     shadow = default_shadow(model_spec("gistrank-hybrid-t32-k8", max_item_tokens=1024))
     assert shadow == "gistrank-teacher-lora?max_item_tokens=1024"
+
+
+def test_a_reference_can_read_a_base_zero_shot_by_likelihood(tiny_base: Path) -> None:
+    """score_rule and query_template travel in the reference too: an untouched LM scores
+    log p(query | item) under its own head, with no trained parameter."""
+    from reranker.core.checkpoints import model_spec
+
+    spec = model_spec(tiny_base, score_rule="query_likelihood", query_template="\nQuery: {query}")
+    model = GistReranker.from_pretrained(spec, GistConfig(dtype="float32"), device="cpu")
+    assert (model.gist.score_rule, model.gist.query_template) == ("query_likelihood", "\nQuery: {query}")
+    ids = model.item_ids(ITEMS[:1])[0][0]
+    lead = model.tokenizer("\nQuery: ", add_special_tokens=False)["input_ids"]  # the template's lead-in
+    query_ids = model.tokenizer("256GB phone", add_special_tokens=False)["input_ids"]  # tokenized apart
+    with torch.no_grad():
+        logits = model.lm(torch.tensor([ids + lead + query_ids])).logits[0].float()
+    logp = torch.log_softmax(logits, -1)
+    start = len(ids) + len(lead)
+    expected = sum(float(logp[start - 1 + i, t]) for i, t in enumerate(query_ids))
+    assert float(model.score_full("256GB phone", ITEMS[:1])[0]) == pytest.approx(expected, rel=1e-4)

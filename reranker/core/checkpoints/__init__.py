@@ -22,8 +22,17 @@ SHIPPED = {
 }
 
 
-# GistConfig settings a model reference may override: how a model reads items, not what it learned
-SPEC_SETTINGS = ("compressor", "num_gist", "max_item_tokens", "select_window", "select_pool")
+# GistConfig settings a model reference may override: how a model reads items and queries, not what it
+# learned (score_rule=query_likelihood reads any LM zero-shot: log p(query | item) under its own head)
+SPEC_SETTINGS = (
+    "compressor",
+    "num_gist",
+    "max_item_tokens",
+    "select_window",
+    "select_pool",
+    "score_rule",
+    "query_template",
+)
 
 
 def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
