@@ -49,7 +49,7 @@ from streaming.publisher import EventPublisher, publish_events
 pytestmark = pytest.mark.kafka
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE_CATALOG = REPO / "reranker" / "data" / "sample_catalog.jsonl"
+SAMPLE_CATALOG = REPO / "reranker" / "demo" / "data" / "sample_catalog.jsonl"
 WAIT_S = 120.0  # generous: subprocess start (torch + feast imports) is slow on a busy 2-core machine
 
 
