@@ -158,7 +158,7 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path, compressor: s
     select compressor goes the same way (consumer → Feast → Triton, one fingerprint)."""
     args = ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
     args += ["--workdir", str(tmp_path / "demo"), "--queries", "2", "--compressor", compressor]
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})  # table cells unwrapped
     assert result.exit_code == 0, result.output
     out = result.output
     assert f": {compressor}, k=4, t=0, float32, fingerprint" in out
