@@ -261,20 +261,28 @@ class GistReranker(GistWeights):
         """Full-context cross-encoder (no gists): item + query (+ score token), plain causal → (N,)."""
         return self._score_rows(query, items, full=True)
 
-    def causal_kv(self, rows: list[torch.Tensor], slots: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Run rows of embeddings causally, left-padded; per row, the K/V at `slots` (positions counted
-        from the row's first real token) → [(L, 2, H_kv, len(slots[i]), h)] in the storage dtype."""
+    def left_padded_forward(
+        self, rows: list[torch.Tensor], **outputs: bool
+    ) -> tuple[BaseModelOutputWithPast, list[int]]:
+        """Run rows of embeddings (S_i, D) causally, left-padded so every row ends in the last slot →
+        (the decoder's output with its cache, each row's left padding)."""
         seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
         total = int(seq_lens.max())
         embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
-        positions, allowed = layout.left_padded(seq_lens, total)
+        positions, allowed = layout.left_padded(seq_lens, total)  # (N, S), (N, S, S)
         result = self.decoder()(
             inputs_embeds=embeds,
             position_ids=positions,
             attention_mask=layout.additive(allowed, self.dtype),
             use_cache=True,
+            **outputs,
         )
-        pads = (total - seq_lens).tolist()
+        return result, (total - seq_lens).tolist()
+
+    def causal_kv(self, rows: list[torch.Tensor], slots: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Run rows of embeddings causally, left-padded; per row, the K/V at `slots` (positions counted
+        from the row's first real token) → [(L, 2, H_kv, len(slots[i]), h)] in the storage dtype."""
+        result, pads = self.left_padded_forward(rows)
         layers = result.cache.layers  # each: keys / values (B, H_kv, S, h)
         out = []
         for i, (idx, pad) in enumerate(zip(slots, pads, strict=True)):

@@ -81,18 +81,10 @@ def _select(model: nn.Module, item_ids: Sequence[list[int]]) -> list[tuple[torch
         mass.append(per_head.view(len(lens), -1, group, total).sum(2))
         return (output[0], None)  # drop the (N, H_q, S, S) weights at once
 
-    embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
-    positions, allowed = layout.left_padded(seq_lens, total)
     hooks = [a.register_forward_hook(observe) for a in attention_layers(model)]
     try:
         with eager_attention(model):
-            result = model.decoder()(
-                inputs_embeds=embeds,
-                position_ids=positions,
-                attention_mask=layout.additive(allowed, model.dtype),
-                use_cache=True,
-                output_attentions=True,
-            )
+            result, _ = model.left_padded_forward(rows, output_attentions=True)
     finally:
         for h in hooks:
             h.remove()
