@@ -15,6 +15,10 @@ from streaming.cli import catalog_app, consume, materialize, publish
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.add_typer(catalog_app, name="catalog")
+data_app = typer.Typer(
+    no_args_is_help=True, help="Build relevance sets (the --data DIR form) from real data."
+)
+app.add_typer(data_app, name="data")
 for command in (publish, consume, materialize, serve, rerank):
     app.command()(command)
 
@@ -164,6 +168,82 @@ def _load_data(data: str, seed: int, products: int, max_item_tokens: int):  # ->
         return RelevanceSet.load_jsonl(path) if path.is_dir() else load_relevance_file(path)
     except GistRankError as exc:  # a bad relevance file: one line naming its file and line, no traceback
         raise typer.BadParameter(str(exc), param_hint="--data") from exc
+
+
+@data_app.command(name="import-trec")
+def data_import_trec(
+    docs: Annotated[Path, typer.Option(help="JSONL: {docno, title, text} or Pyserini's {id, contents}")],
+    topics: Annotated[Path, typer.Option(help="JSONL: {qid, title, desc}")],
+    qrels: Annotated[Path, typer.Option(help="TREC qrels: 'qid 0 docno label' per line")],
+    out: Annotated[
+        Path, typer.Option(help="relevance set directory to write (--data DIR of other commands)")
+    ],
+    query_field: Annotated[str, typer.Option(help="title (keywords) | desc (a sentence)")] = "title",
+    candidates: Annotated[
+        str, typer.Option(help="judged (the judged docs) | bm25:N (top N of BM25 over the collection)")
+    ] = "judged",
+    splits: Annotated[
+        str, typer.Option(help="inclusive topic-number ranges per split; a topic outside them is an error")
+    ] = "train=1-50,dev=51-100",
+    dedupe: Annotated[
+        bool, typer.Option(help="merge repeated (topic, doc) qrels lines, keeping the higher label")
+    ] = False,
+) -> None:
+    """A relevance set from a TREC collection: documents, topics, qrels (labels on any 0–n scale).
+
+    Candidates are each topic's judged documents, or with bm25:N its top N of a BM25 ranking of the
+    whole collection (bm25s, k1 0.9, b 0.4, Porter stems; unjudged = 0). Candidates are stored
+    shuffled (seeded), and the collection's term statistics go to collection.json, for the BM25
+    baseline's IDF. Default splits: topics 1–50 train, 51–100 dev (AP89's convention). Duplicate
+    qrels lines are an error naming file and line unless --dedupe."""
+    import time
+
+    from reranker.core.errors import GistRankError
+    from reranker.training.trec import import_trec, write_summary
+
+    if query_field not in ("title", "desc"):
+        raise typer.BadParameter("must be title or desc", param_hint="--query-field")
+    start = time.perf_counter()
+    try:
+        result = import_trec(docs, topics, qrels, query_field, candidates, splits, dedupe)  # type: ignore[arg-type]
+    except (GistRankError, ValueError) as exc:  # bad input: one line naming file and line, no traceback
+        raise typer.BadParameter(str(exc)) from exc
+    result.relevance.save_jsonl(out)
+    write_summary(result, out)
+    typer.echo(result.summary())
+    typer.echo(f"wrote {out} in {time.perf_counter() - start:.0f} s")
+
+
+@data_app.command(name="import-file")
+def data_import_file(
+    path: Annotated[Path, typer.Argument(help="flat relevance file, one judgment per row (JSONL or CSV)")],
+    out: Annotated[Path, typer.Option(help="relevance set directory to write")],
+    esci: Annotated[
+        bool, typer.Option(help="labels are Amazon ESCI's E/S/C/I, read as 3/2/1/0 (gain 2^label − 1)")
+    ] = False,
+    dedupe: Annotated[
+        bool, typer.Option(help="merge repeated (query, item) rows, keeping the higher label")
+    ] = False,
+    default_split: Annotated[str, typer.Option(help="split of rows without a split column")] = "test",
+) -> None:
+    """A relevance set directory from a flat file (what --data FILE reads), with label mapping and
+    duplicate merging that --data FILE does not do."""
+    from reranker.core.errors import GistRankError
+    from reranker.training.relevance_data import ESCI_LABELS, SPLITS, load_relevance_file
+
+    if default_split not in SPLITS:
+        raise typer.BadParameter(f"must be one of {', '.join(SPLITS)}", param_hint="--default-split")
+    try:
+        relevance = load_relevance_file(
+            path,
+            default_split=default_split,  # type: ignore[arg-type]
+            label_map=ESCI_LABELS if esci else None,
+            dedupe=dedupe,
+        )
+    except GistRankError as exc:
+        raise typer.BadParameter(str(exc), param_hint="PATH") from exc
+    relevance.save_jsonl(out)
+    typer.echo(f"{len(relevance.queries)} queries, {len(relevance.items)} items; wrote {out}")
 
 
 @app.command()
@@ -321,6 +401,10 @@ def evaluate(
             "(the fair controls under --score-rule query_likelihood; a head-rule base has an untrained head)"
         ),
     ] = False,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(help="also write one TREC run file per system and the split's qrels here"),
+    ] = None,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
     from reranker.evaluation.evaluate import evaluate as run_eval
@@ -337,10 +421,12 @@ def evaluate(
         prefix_ks=prefix_k or (4, 8, 16),
         full_paths=full_model or [],
         control_base=control_base,
+        run_dir=run_dir,
     )
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot
-    typer.echo(f"{result.queries} queries; wrote {out}/results.json, report.md{plots}")
+    runs = f"; run files in {run_dir}" if run_dir else ""
+    typer.echo(f"{result.queries} queries; wrote {out}/results.json, report.md{plots}{runs}")
 
 
 @app.command(name="eval-merge")

@@ -9,22 +9,30 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
+from helpers import ITEMS, QUERY, forward_scores
 from tiny import tiny_relevance_set
 
 from reranker.core.config import GistConfig
+from reranker.core.errors import EmptyInputError
 from reranker.core.model import GistReranker
-from reranker.evaluation.baselines import bm25_scores
+from reranker.evaluation.baselines import bm25_scores, compress_prefix, prefix_reader
 from reranker.evaluation.evaluate import (
     METRICS,
     Difference,
     EvalResult,
     QueryRecord,
+    System,
     SystemFacts,
+    baseline_systems,
     evaluate,
     merge_results,
     paired_differences,
+    score_queries,
     write_outputs,
 )
+from reranker.evaluation.ranking_metrics import ranking
+from reranker.training.relevance_data import collection_stats
 from reranker.training.trainer import TrainConfig, Trainer
 
 
@@ -208,3 +216,101 @@ def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
     for control in controls:
         for run in ("student", "untouched"):
             assert rows(pair, f"{control} · {run} · untouched base") == rows(alone, control)
+
+
+# ------------------------------------------------------------------ BM25 IDF, short items, failures
+def test_bm25_idf_is_the_collections_not_the_candidate_lists() -> None:
+    """ "zebra" is in two of three candidates but in two of 100 documents of the collection; "common" is in
+    one candidate but in nearly every document. IDF over the list would rank the "common" document
+    first; the collection's IDF ranks the zebra documents first, as a first stage over it would."""
+    candidates = ["zebra stripes", "zebra foal", "common news"]
+    collection = collection_stats(candidates + ["common words everywhere"] * 97)
+    query = "zebra common"
+    by_list = bm25_scores(query, candidates)
+    by_collection = bm25_scores(query, candidates, collection=collection)
+    assert ranking(by_list)[0] == 2
+    assert ranking(by_collection)[:2] == [0, 1]
+    idf_zebra = math.log(1 + (100 - 2 + 0.5) / (2 + 0.5))
+    k1, b, avg = 0.9, 0.4, collection.avg_length  # the stated defaults
+    expected = idf_zebra * 1 * (k1 + 1) / (1 + k1 * (1 - b + b * 2 / avg))
+    assert math.isclose(by_collection[0], expected, rel_tol=1e-12)
+    # evaluation reads IDF over the whole set's items, not the evaluated split's candidate lists
+    systems = baseline_systems({str(i): text for i, text in enumerate(candidates)}, collection)
+    assert systems["bm25"].score(query, ["0", "1", "2"]) == by_collection
+
+
+def test_prefix_baseline_stores_short_items_whole(tiny_model: GistReranker) -> None:
+    """An item shorter than the budget is stored whole, the query right after it (the item "cut" to
+    its budget is the item): the full-context forward of its tokens + query. Long items are stored and
+    read exactly as before (a gist reader of k = budget "gists" that are item tokens)."""
+    budget = 6
+    reader = prefix_reader(tiny_model, budget)
+    item_ids, _ = reader.item_ids(ITEMS)
+    assert any(len(ids) < budget for ids in item_ids)  # "kettle"
+    kvs = compress_prefix(reader, ITEMS)
+    assert [kv.kv.shape[3] for kv in kvs] == [min(len(ids), budget) for ids in item_ids]
+    q = reader.query_tail(QUERY)
+    rows = [torch.cat([reader.embed(ids[:budget]), q.embeds]) for ids in item_ids]
+    online = reader.score(QUERY, kvs)
+    torch.testing.assert_close(online, forward_scores(reader, rows, None, q), rtol=1e-4, atol=1e-5)
+    long = [i for i, ids in enumerate(item_ids) if len(ids) >= budget]
+    old_reader = tiny_model.with_gist_config(tiny_model.gist.model_copy(update={"num_gist": budget}))
+    old = old_reader.score(QUERY, compress_prefix(old_reader, [ITEMS[i] for i in long]))
+    torch.testing.assert_close(online[long], old, rtol=1e-4, atol=1e-5)
+    with pytest.raises(EmptyInputError, match="prefix_reader"):
+        compress_prefix(old_reader, ITEMS)  # a gist reader cannot hold a short item
+
+
+def test_a_failing_system_keeps_the_others_results() -> None:
+    data = tiny_relevance_set()
+    test = data.split("test")
+    calls = {"n": 0}
+
+    def flaky(query: str, cand_ids: list[str]) -> list[float]:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("out of memory on the second query")
+        return [1.0, 2.0, 3.0, 4.0][: len(cand_ids)]
+
+    systems = {
+        "flaky": System(flaky, SystemFacts("flaky", 4)),
+        "nan": System(lambda _q, ids: [float("nan")] * len(ids), SystemFacts("nan", 4)),
+        "steady": System(
+            lambda _q, ids: [float(len(i)) + n for n, i in enumerate(ids)], SystemFacts("s", None)
+        ),
+    }
+    reference = lambda _q, ids: [float(-n) for n in range(len(ids))]  # noqa: E731
+    scored = score_queries(test, reference, systems, [0, 1])
+    assert set(scored.errors) == {"flaky", "nan"}
+    assert scored.errors["flaky"] == "RuntimeError: out of memory on the second query"
+    assert "finite" in scored.errors["nan"]
+    assert {r.system for r in scored.records} == {"teacher", "steady"}  # no partial system
+    assert [r.query_id for r in scored.records] == ["q2", "q2", "q3", "q3"]  # query by query
+    assert set(scored.scores) == {"teacher", "steady"} and calls["n"] == 2  # not called after failing
+
+
+def test_evaluate_records_a_failed_system_and_goes_on(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+
+    def broken(*_args: object, **_kwargs: object) -> list:
+        raise EmptyInputError("items [1] have fewer than t + k = 2 tokens")
+
+    monkeypatch.setattr("reranker.evaluation.evaluate.compress_prefix", broken)
+    out, runs = tmp_path / "eval", tmp_path / "runs"
+    result = evaluate(data, model, [model], out, device="cpu", prefix_ks=(1,), run_dir=runs)
+    failed = {"prefix 1 · gist k=2", "prefix 2 · gist k=2"}
+    assert set(result.errors) == failed
+    assert result.errors["prefix 1 · gist k=2"].startswith("EmptyInputError: items [1]")
+    assert {"teacher", "bm25", "no item", "gist k=2", "untrained gists k=2"} == set(result.summary)
+    assert not failed & set(result.systems) and len(result.records) == 5 * 2
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["errors"] == result.errors and EvalResult.from_json(saved) == result
+    report = (out / "report.md").read_text()
+    assert "Systems that failed" in report and "| prefix 1 · gist k=2 | EmptyInputError: items [1]" in report
+    assert set(json.loads((runs / "runs.json").read_text())) == set(result.summary)
+    merged = merge_results([result, result])
+    assert merged.errors == result.errors

@@ -11,11 +11,15 @@ import pytest
 from reranker.core.render import render_item
 from reranker.training.data_synth import generate
 from reranker.training.relevance_data import (
+    ESCI_LABELS,
+    CollectionStats,
     Item,
     Judgment,
     Query,
     RelevanceDataError,
     RelevanceSet,
+    bm25_terms,
+    collection_stats,
     load_relevance_file,
 )
 
@@ -89,7 +93,8 @@ def test_set_rejects_dangling_references() -> None:
     with pytest.raises(ValueError, match="without judgments"):
         RelevanceSet(items={"i1": item}, queries=[query], judgments=[])
     with pytest.raises(ValueError):
-        Judgment(query_id="q1", item_id="i1", label=3)
+        Judgment(query_id="q1", item_id="i1", label=-1)
+    assert Judgment(query_id="q1", item_id="i1", label=4).label == 4  # any graded scale
     with pytest.raises(KeyError):
         RelevanceSet(items={}, queries=[], judgments=[]).candidates("q1")
 
@@ -98,7 +103,7 @@ def test_load_jsonl_reports_the_bad_record_line(synthetic: RelevanceSet, tmp_pat
     synthetic.save_jsonl(tmp_path)
     path = tmp_path / "judgments.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines()
-    lines[4] = json.dumps({**json.loads(lines[4]), "label": 7})
+    lines[4] = json.dumps({**json.loads(lines[4]), "label": -1})
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(RelevanceDataError) as caught:
         RelevanceSet.load_jsonl(tmp_path)
@@ -158,10 +163,10 @@ def test_csv_file_with_multiline_field(tmp_path: Path) -> None:
     ("bad", "problem"),
     [
         ({k: v for k, v in GOOD.items() if k != "label"}, "missing column(s) label"),
-        (row(label=3), "label must be 0"),
-        (row(label="exact"), "label must be 0"),
-        (row(label=True), "label must be 0"),
-        (row(label=1.5), "label must be 0"),
+        (row(label=-1), "label must be a non-negative integer"),
+        (row(label="exact"), "label must be a non-negative integer"),
+        (row(label=True), "label must be a non-negative integer"),
+        (row(label=1.5), "label must be a non-negative integer"),
         (row(query="   "), "empty query"),
         (row(query_id=""), "query_id must be"),
         (row(query="other text"), "different text than on line 1"),
@@ -196,8 +201,8 @@ CSV_GOOD = ["q1", "acme phone", "i1", "2", "Acme phone", '{"year": 2023}', "firs
 @pytest.mark.parametrize(
     ("bad", "problem"),
     [
-        (["q1", "acme phone", "i2", "two", "Other", "", ""], "label must be 0"),
-        (["q1", "acme phone", "i2", "-1", "Other", "", ""], "label must be 0"),
+        (["q1", "acme phone", "i2", "two", "Other", "", ""], "label must be a non-negative integer"),
+        (["q1", "acme phone", "i2", "-1", "Other", "", ""], "label must be a non-negative integer"),
         (["q1", "", "i2", "1", "Other", "", ""], "empty query"),
         (["q1", "acme phone", "i2", "1", "Other", "{'year': 2023}", ""], "attributes is not valid JSON"),
         (["q1", "acme phone", "i1", "1", "Acme phone", '{"year": 2022}', "x"], "different item text"),
@@ -233,3 +238,56 @@ def test_file_level_errors(tmp_path: Path) -> None:
     (tmp_path / "latin1.jsonl").write_bytes(b'{"query": "caf\xe9"}\n')
     with pytest.raises(RelevanceDataError, match="not UTF-8"):
         load_relevance_file(tmp_path / "latin1.jsonl")
+
+
+# ---- label scales, ESCI, duplicates, collection statistics ------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [(0, 1), (0, 1, 2, 3, 4)])
+def test_any_non_negative_label_scale(tmp_path: Path, scale: tuple[int, ...]) -> None:
+    rows = [row(item_id=f"i{label}", label=label, title=f"Item {label}") for label in scale]
+    rows[-1]["label"] = str(scale[-1])  # CSV-style digits too
+    data = load_relevance_file(write_jsonl(tmp_path / "scale.jsonl", rows))
+    assert [label for _, label in data.candidates("q1")] == list(scale)
+
+
+def test_esci_labels_map_to_a_0_to_3_scale(tmp_path: Path) -> None:
+    rows = [row(item_id=f"i{n}", label=esci, title=f"Item {n}") for n, esci in enumerate("ESCIe")]
+    data = load_relevance_file(write_jsonl(tmp_path / "esci.jsonl", rows), label_map=ESCI_LABELS)
+    assert [label for _, label in data.candidates("q1")] == [3, 2, 1, 0, 3]
+    bad = write_jsonl(tmp_path / "bad.jsonl", [row(label="E"), row(item_id="i2", label=2, title="x")])
+    with pytest.raises(RelevanceDataError, match="label must be one of E, S, C, I") as caught:
+        load_relevance_file(bad, label_map=ESCI_LABELS)
+    assert caught.value.line == 2
+
+
+def test_duplicate_rows_are_rejected_or_merged_keeping_the_higher_label(tmp_path: Path) -> None:
+    other = row(item_id="i2", label=0, title="Other")
+    path = write_jsonl(tmp_path / "dup.jsonl", [row(label=1), other, row(label=2), row(label=0)])
+    with pytest.raises(RelevanceDataError, match="first on line 1") as caught:
+        load_relevance_file(path)
+    assert caught.value.line == 3 and str(caught.value).startswith(f"{path}:3: duplicate judgment")
+    merged = load_relevance_file(path, dedupe=True)
+    assert merged.candidates("q1") == [("i1", 2), ("i2", 0)]  # first position, highest label
+
+
+def test_collection_stats_round_trip_and_split(synthetic: RelevanceSet, tmp_path: Path) -> None:
+    stats = collection_stats(["the zebra and the zebra", "zebra crossing", "a lone crossing"])
+    assert stats.documents == 3 and stats.avg_length == pytest.approx((2 + 2 + 2) / 3)  # stop words out
+    assert stats.df == {"cross": 2, "zebra": 2}  # single-document terms are left out …
+    assert stats.doc_freq("lone") == 1 and stats.doc_freq("zebra") == 2  # … and read as 1
+    assert bm25_terms("The Kettles is 1.7 L, and BPA-free") == ["kettl", "1.7", "l", "bpa", "free"]
+    with_stats = RelevanceSet(
+        items=synthetic.items, queries=synthetic.queries, judgments=synthetic.judgments, collection=stats
+    )
+    with_stats.save_jsonl(tmp_path / "set")
+    assert (tmp_path / "set" / "collection.json").is_file()
+    loaded = RelevanceSet.load_jsonl(tmp_path / "set")
+    assert loaded == with_stats and loaded.split("train").collection == stats
+    synthetic.save_jsonl(tmp_path / "set")  # no statistics: a stale collection.json goes
+    assert not (tmp_path / "set" / "collection.json").exists()
+    (tmp_path / "set" / "collection.json").write_text('{"documents": 0, "avg_length": 1, "df": {}}')
+    with pytest.raises(RelevanceDataError, match="documents"):
+        RelevanceSet.load_jsonl(tmp_path / "set")
+    with pytest.raises(ValueError, match="tokenizer"):
+        CollectionStats(tokenizer="whitespace", documents=1, avg_length=1.0, df={})

@@ -1,15 +1,16 @@
 """The baselines a trained gist student is measured against (DESIGN §5), at matched storage and cost.
 
-* `bm25_scores`: lexical ranking of the rendered item text (Okapi BM25, IDF over the candidate list).
+* `bm25_scores`: lexical ranking of the rendered item text (Okapi BM25, k1 = 0.9, b = 0.4 — Anserini's
+  defaults —, IDF and mean length over the whole collection: `CollectionStats`).
 * `compress_prefix` with `prefix_reader`: prefix caching cut to the same budget — the K/V of each
-  item's first B tokens in place of the (hybrid prefix +) gists, read by a model's body and head.
+  item's first B tokens in place of the (hybrid prefix +) gists, read by a model's body and head; an
+  item shorter than B is stored whole.
 * `untrained_gists`: the same model with its initial gist embeddings (what training the gists added).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -19,25 +20,34 @@ from reranker.core.config import GistConfig
 from reranker.core.errors import EmptyInputError
 from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker
+from reranker.training.relevance_data import CollectionStats, bm25_terms, collection_stats
 
-_WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
+BM25_K1, BM25_B = 0.9, 0.4  # Anserini's defaults (TREC newswire); also the import's bm25:N first stage
 
 
-def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
-    """Okapi BM25 of `query` against `docs`, IDF over those docs (the candidate list)."""
-    tokenized = [_WORD.findall(d.lower()) for d in docs]
-    avg_len = sum(map(len, tokenized)) / len(tokenized) or 1.0
-    df = Counter(term for doc in tokenized for term in set(doc))
-    n = len(docs)
+def bm25_scores(
+    query: str,
+    docs: Sequence[str],
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+    collection: CollectionStats | None = None,
+) -> list[float]:
+    """Okapi BM25 of `query` against `docs` over `bm25_terms`:
+    Σ_{t ∈ q} idf(t) · tf (k1 + 1) / (tf + k1 (1 − b + b · |d| / avgdl)), idf(t) = ln(1 + (N − df + 0.5) /
+    (df + 0.5)) (Lucene's, never negative), each distinct query term once. N, df and avgdl are the
+    `collection`'s — a baseline must not learn IDF from the candidate list it ranks (a term frequent in
+    this list but rare in the collection would count for nothing). Without `collection` the docs are
+    taken as the whole collection."""
+    tokenized = [bm25_terms(doc) for doc in docs]
+    stats = collection or collection_stats(docs)
+    n, avg_len = stats.documents, stats.avg_length or 1.0
+    terms = set(bm25_terms(query))
+    idf = {t: math.log(1 + (n - stats.doc_freq(t) + 0.5) / (stats.doc_freq(t) + 0.5)) for t in terms}
     scores = []
     for doc in tokenized:
         tf = Counter(doc)
-        score = 0.0
-        for term in set(_WORD.findall(query.lower())):
-            if tf[term]:
-                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
-                score += idf * tf[term] * (k1 + 1) / (tf[term] + k1 * (1 - b + b * len(doc) / avg_len))
-        scores.append(score)
+        norm = k1 * (1 - b + b * len(doc) / avg_len)
+        scores.append(math.fsum(idf[t] * tf[t] * (k1 + 1) / (tf[t] + norm) for t in terms if tf[t]))
     return scores
 
 
@@ -48,23 +58,36 @@ def untrained_gists(model: GistReranker) -> GistReranker:
 
 
 def prefix_reader(model: GistReranker, budget: int) -> GistReranker:
-    """`model`'s body and head set up to read `compress_prefix` K/V of `budget` positions per item: a
-    pure gist layout (t = 0) of k = `budget` "gists" that are item tokens."""
-    plain = GistConfig(**(model.gist.model_dump() | {"num_gist": budget, "keep_item_prefix": 0}))
-    return model.with_gist_config(plain)
+    """`model`'s body and head set up to read `compress_prefix` K/V of `budget` positions per item: the
+    core's "prefix" compressor with t = 0, k = `budget` — the K/V of the item's first min(budget, j)
+    tokens, the query right after them (an item shorter than the budget is stored whole, as the online
+    path stores p = min(t, j) prefix tokens)."""
+    update = {"num_gist": budget, "keep_item_prefix": 0, "compressor": "prefix"}
+    return model.with_gist_config(GistConfig(**(model.gist.model_dump() | update)))
 
 
 @torch.inference_mode()
 def compress_prefix(model: GistReranker, items: Sequence[str], batch_size: int = 16) -> list[GistKV]:
     """Baseline at the same budget: the K/V of each item's first t + k tokens in place of the hybrid
-    prefix + gists — plain prefix caching cut to t + k positions. Stored like a hybrid entry whose
-    "gists" are item tokens t … t+k-1 (item_tokens = t, so the query follows at t + k), and `score`
-    serves it unchanged. Items shorter than t + k tokens raise `EmptyInputError`."""
+    prefix + gists — plain prefix caching cut to t + k positions, for `model` to read.
+
+    A reader from `prefix_reader` (compressor "prefix") stores an item shorter than t + k whole and
+    reads the query right after it: what evaluation uses, any item length. A gist-compressor `model`
+    reads the entries as a hybrid entry whose "gists" are item tokens t … t+k-1 (item_tokens = t, so
+    the query follows at t + k) and always reads k of them, so there an item shorter than t + k tokens
+    raises `EmptyInputError` (read such items with `prefix_reader(model, t + k)` instead)."""
+    if model.gist.compressor == "prefix":
+        return model.compress(items, batch_size)
+    if model.gist.compressor != "gist":
+        raise ValueError(f"read prefix caching with prefix_reader(), not a {model.gist.compressor!r} model")
     item_ids, _ = model.item_ids(items)
     t, n = model.gist.keep_item_prefix, model.gist.keep_item_prefix + model.gist.num_gist
     short = [i for i, ids in enumerate(item_ids) if len(ids) < n]
     if short:
-        raise EmptyInputError(f"items {short} have fewer than t + k = {n} tokens: no prefix that long")
+        raise EmptyInputError(
+            f"items {short} have fewer than t + k = {n} tokens: no prefix that long for a gist reader "
+            f"(prefix_reader(model, {n}) stores them whole)"
+        )
     out: list[GistKV] = []
     for start in range(0, len(item_ids), batch_size):
         rows = [model.embed(ids[:n]) for ids in item_ids[start : start + batch_size]]

@@ -11,30 +11,45 @@ accuracy@1 against the labels. Systems, at matched storage and online cost:
                         sweep), scored by student S's body and head
     … · untouched base  with `control_base`: the two controls above read by S's base LM, untrained
                         (the fair controls of a student scored by query likelihood)
-    bm25                lexical baseline on the rendered item text
+    bm25                lexical baseline on the rendered item text (k1 = 0.9, b = 0.4, IDF over the
+                        collection: the set's saved `collection.json`, else all of the set's items)
     no item             a constant score: what the query alone can do (nothing)
     full context · M    another full-context model M (e.g. a cheaper shadow candidate: a LoRA teacher)
     teacher             the reference itself (its NDCG is the ceiling)
 Students that share a layout (t, k) carry their run folder's name as well: `gist t=32 k=8 · packed`.
 Every metric is sliced by item-length quartile (length of the query's best-labelled item, in tokens)
 and by hard-negative queries; each student is compared with each of its controls query by query
-(paired differences). Output: results.json, report.md, one PNG per metric; `merge_results` joins
-evaluations of different students on the same queries into one.
+(paired differences). Output: results.json, report.md, one PNG per metric, and with `run_dir` one
+TREC run file per system plus the split's qrels (`run_files.py`); `merge_results` joins evaluations of
+different students on the same queries into one.
+
+nDCG uses the gain 2^label − 1 on whatever integer scale the set's labels use (0–2 synthetic, 0–1 or
+0–4 TREC); every table that reports it says so. A system that fails (an exception while compressing or
+scoring) is dropped with its error recorded in results.json and report.md; the others' results stand.
+Only the reference (teacher) failing ends the evaluation: nothing could be compared without it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from reranker.core.config import GistConfig
+from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker
-from reranker.evaluation.baselines import bm25_scores, compress_prefix, prefix_reader, untrained_gists
+from reranker.evaluation.baselines import (
+    BM25_B,
+    BM25_K1,
+    bm25_scores,
+    compress_prefix,
+    prefix_reader,
+    untrained_gists,
+)
 from reranker.evaluation.ranking_metrics import (
     accuracy_at_1,
     bootstrap_ci,
@@ -42,12 +57,14 @@ from reranker.evaluation.ranking_metrics import (
     ndcg_at_k,
     recall_at_k_vs_reference,
 )
-from reranker.training.relevance_data import RelevanceSet
+from reranker.evaluation.run_files import write_runs
+from reranker.training.relevance_data import CollectionStats, RelevanceSet, collection_stats
 
 RECALL_KS = (1, 5, 10)
 METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@10", "acc@1")
 INTERVAL_METRICS = ("recall@5", "ndcg@10")  # with a 95% bootstrap interval per system
 PAIRED_METRICS = ("ndcg@10", "recall@5")  # compared student minus control, query by query
+GAIN_NOTE = "nDCG gain 2^label − 1, discount 1/log2(rank + 1), ideal from the list's labels"
 
 Scorer = Callable[[str, list[str]], list[float]]  # (query, candidate ids) → one score per candidate
 Means = dict[str, float]  # metric → mean over queries, and "n": how many queries
@@ -128,8 +145,13 @@ class EvalResult:
     length_quartile_cuts_tokens: dict[str, list[int]]  # quartile → [min, max] tokens of its best items
     summary: dict[str, SystemSummary]
     records: list[QueryRecord]
+    errors: dict[str, str] = field(default_factory=dict)  # failed system → its error
+    bm25: dict[str, Any] | None = None  # k1, b and where IDF came from (None: an older results.json)
 
     def to_json(self) -> dict[str, Any]:
+        optional = {"bm25": self.bm25} if self.bm25 is not None else {}
+        if self.errors:
+            optional["errors"] = self.errors
         return {
             "split": self.split,
             "teacher": self.teacher,
@@ -140,11 +162,11 @@ class EvalResult:
             "length_quartile_cuts_tokens": self.length_quartile_cuts_tokens,
             "summary": {name: asdict(s) for name, s in self.summary.items()},
             "records": [r.to_json() for r in self.records],
-        }
+        } | optional
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EvalResult:
-        """Read a results.json (one written before `full_models` existed has none)."""
+        """Read a results.json (one written before `full_models`, `bm25` or `errors` existed has none)."""
         return cls(
             split=data["split"],
             teacher=data["teacher"],
@@ -155,6 +177,8 @@ class EvalResult:
             length_quartile_cuts_tokens=dict(data["length_quartile_cuts_tokens"]),
             summary={name: SystemSummary(**s) for name, s in data["summary"].items()},
             records=[QueryRecord.from_json(r) for r in data["records"]],
+            errors=dict(data.get("errors", {})),
+            bm25=data.get("bm25"),
         )
 
 
@@ -201,9 +225,24 @@ def _run_label(path: str | Path) -> str:
     return p.parent.name if p.name == "checkpoint" else p.name
 
 
-def _kv_scorer(model: GistReranker, ids: list[str], kvs: list) -> Scorer:
-    by_id = dict(zip(ids, kvs, strict=True))
-    return lambda query, cand_ids: model.score(query, [by_id[i] for i in cand_ids]).tolist()
+def _kv_scorer(
+    ids: list[str],
+    texts: list[str],
+    reader: Callable[[], GistReranker],
+    compress: Callable[[GistReranker, list[str]], list[GistKV]] = lambda m, texts: m.compress(texts),
+) -> Scorer:
+    """Scores against stored K/V, the reader built and every item compressed on first use: a reader or
+    compressor that fails then fails its own system (recorded by `score_queries`), not the others."""
+    state: dict[str, Any] = {}
+
+    def score(query: str, cand_ids: list[str]) -> list[float]:
+        if not state:
+            model = reader()
+            state["kvs"] = dict(zip(ids, compress(model, texts), strict=True))
+            state["model"] = model
+        return state["model"].score(query, [state["kvs"][i] for i in cand_ids]).tolist()
+
+    return score
 
 
 def full_scorer(model: GistReranker, texts_by_id: Mapping[str, str]) -> Scorer:
@@ -211,11 +250,15 @@ def full_scorer(model: GistReranker, texts_by_id: Mapping[str, str]) -> Scorer:
     return lambda query, cand_ids: model.score_full(query, [texts_by_id[i] for i in cand_ids]).tolist()
 
 
-def baseline_systems(texts_by_id: Mapping[str, str]) -> dict[str, System]:
-    """BM25 on the item text, and a constant score: what the query alone can do (nothing)."""
+def baseline_systems(
+    texts_by_id: Mapping[str, str], collection: CollectionStats | None = None
+) -> dict[str, System]:
+    """BM25 on the item text (IDF over `collection`; None: over these texts), and a constant score:
+    what the query alone can do (nothing)."""
+    stats = collection or collection_stats(texts_by_id.values())
     return {
         "bm25": System(
-            lambda query, cand_ids: bm25_scores(query, [texts_by_id[i] for i in cand_ids]),
+            lambda query, cand_ids: bm25_scores(query, [texts_by_id[i] for i in cand_ids], collection=stats),
             SystemFacts("bm25", None),
         ),
         "no item": System(lambda _query, cand_ids: [0.0] * len(cand_ids), SystemFacts("no item", 0)),
@@ -248,22 +291,20 @@ def _gist_systems(
     main = name()
     systems = {
         main: System(
-            _kv_scorer(student, ids, student.compress(texts, progress=True)),
+            _kv_scorer(ids, texts, lambda: student, lambda m, texts: m.compress(texts, progress=True)),
             SystemFacts(name(with_k=False), t + k),
         )
     }
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
-        untrained = untrained_gists(reader)
         systems[name("untrained gists") + tag] = System(
-            _kv_scorer(untrained, ids, untrained.compress(texts)),
+            _kv_scorer(ids, texts, lambda r=reader: untrained_gists(r)),
             SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
         )
         for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
-            plain = prefix_reader(reader, budget)
             # scored by this reader's body and head: two students' prefix controls of one budget differ
             systems[f"prefix {budget} · {main}{tag}"] = System(
-                _kv_scorer(plain, ids, compress_prefix(plain, texts)),
+                _kv_scorer(ids, texts, lambda r=reader, b=budget: prefix_reader(r, b), compress_prefix),
                 SystemFacts(f"prefix · {main}{tag}", budget, main),
             )
     return systems
@@ -319,23 +360,50 @@ def best_item_tokens(model: GistReranker, test: RelevanceSet, texts_by_id: Mappi
     return lengths
 
 
+@dataclass(frozen=True)
+class Scored:
+    """What `score_queries` gives: the metric records and raw scores (system → query id → one score per
+    candidate, in candidate order) of the systems that finished, and the error of each that did not."""
+
+    records: list[QueryRecord]
+    scores: dict[str, dict[str, list[float]]]
+    errors: dict[str, str]
+
+
 def score_queries(
     test: RelevanceSet, reference: Scorer, systems: Mapping[str, System], quartiles: Sequence[int]
-) -> list[QueryRecord]:
-    """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher")."""
-    records = []
+) -> Scored:
+    """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher").
+
+    A system that raises (while compressing, scoring, or with non-finite scores) is not called again and
+    none of its records are kept — a system is compared on every query or not at all; its error is
+    reported and the other systems go on. The reference raising ends the evaluation."""
+    records: list[QueryRecord] = []
+    scores: dict[str, dict[str, list[float]]] = {name: {} for name in ("teacher", *systems)}
+    errors: dict[str, str] = {}
     for query, quartile in tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query"):
         cands = test.candidates(query.query_id)
         cand_ids, labels = [c[0] for c in cands], [c[1] for c in cands]
         truth = reference(query.text, cand_ids)
-        scored = [("teacher", truth)] + [
-            (name, system.score(query.text, cand_ids)) for name, system in systems.items()
-        ]
-        records += [
-            QueryRecord(name, query.query_id, query.hard, quartile, query_metrics(scores, truth, labels))
-            for name, scores in scored
-        ]
-    return records
+        for name, system in (("teacher", None), *systems.items()):
+            if name in errors:
+                continue
+            try:
+                values = truth if system is None else [float(v) for v in system.score(query.text, cand_ids)]
+                metrics = query_metrics(values, truth, labels)
+            except Exception as exc:  # one system's failure must not discard the others' results
+                if system is None:
+                    raise
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                tqdm.write(f"system {name!r} failed on query {query.query_id!r}: {errors[name]}")
+                continue
+            scores[name][query.query_id] = values
+            records.append(QueryRecord(name, query.query_id, query.hard, quartile, metrics))
+    return Scored(
+        [r for r in records if r.system not in errors],
+        {name: by_query for name, by_query in scores.items() if name not in errors},
+        errors,
+    )
 
 
 def evaluate(
@@ -348,36 +416,52 @@ def evaluate(
     prefix_ks: Sequence[int] = (4, 8, 16),
     full_paths: Sequence[str | Path] = (),
     control_base: bool = False,
+    run_dir: Path | None = None,
 ) -> EvalResult:
     """Score `data`'s `split` with the teacher, every student's systems and every other full-context
-    model in `full_paths`; write results.json, report.md and plots to `out`. `control_base`: read each
-    student's controls with its untouched base LM as well (see `_gist_systems`)."""
+    model in `full_paths`; write results.json, report.md and plots to `out`, and with `run_dir` one TREC
+    run file per system and the split's qrels (`run_files.write_runs`). `control_base`: read each
+    student's controls with its untouched base LM as well (see `_gist_systems`). BM25's IDF is over the
+    set's collection (`data.collection`, saved by `gistrank data import-trec`), else over all of
+    `data`'s items."""
     test = data.split(split)
     if not test.queries:
         raise ValueError(f"split {split!r} has no queries")
     teacher = GistReranker.from_pretrained(teacher_path, device=device)
     used = {item_id for q in test.queries for item_id, _ in test.candidates(q.query_id)}
     texts_by_id = {item_id: data.items[item_id].text for item_id in sorted(used)}
+    collection = data.collection or collection_stats(item.text for item in data.items.values())
+    bm25 = {
+        "k1": BM25_K1,
+        "b": BM25_B,
+        "idf_documents": collection.documents,
+        "idf_over": "the collection (collection.json)" if data.collection else "the set's items",
+    }
 
-    systems = baseline_systems(texts_by_id)
+    systems = baseline_systems(texts_by_id, collection)
     systems |= student_systems(student_paths, texts_by_id, prefix_ks, control_base, device)
     systems |= full_context_systems(full_paths, texts_by_id, device)
 
     lengths = best_item_tokens(teacher, test, texts_by_id)
     quartiles = length_quartiles(lengths)
-    records = score_queries(test, full_scorer(teacher, texts_by_id), systems, quartiles)
+    scored = score_queries(test, full_scorer(teacher, texts_by_id), systems, quartiles)
     result = EvalResult(
         split=split,
         teacher=str(teacher_path),
         students=[str(p) for p in student_paths],
         full_models=[str(p) for p in full_paths],
         queries=len(test.queries),
-        systems={"teacher": TEACHER} | {name: system.facts for name, system in systems.items()},
+        systems={"teacher": TEACHER}
+        | {name: system.facts for name, system in systems.items() if name not in scored.errors},
         length_quartile_cuts_tokens=_cuts(lengths, quartiles),
-        summary=summarize(records),
-        records=records,
+        summary=summarize(scored.records),
+        records=scored.records,
+        errors=scored.errors,
+        bm25=bm25,
     )
     write_outputs(result, out)
+    if run_dir is not None:
+        write_runs(run_dir, test, scored.scores)
     return result
 
 
@@ -403,6 +487,7 @@ def merge_results(results: Sequence[EvalResult]) -> EvalResult:
                 raise ValueError(f"cannot merge: system {name!r} differs between the evaluations")
             systems[name], records[name] = facts, mine
     merged = [r for rows in records.values() for r in rows]
+    errors = {n: e for result in results for n, e in result.errors.items() if n not in systems}
     return replace(
         first,
         students=list(dict.fromkeys(s for result in results for s in result.students)),
@@ -410,6 +495,8 @@ def merge_results(results: Sequence[EvalResult]) -> EvalResult:
         systems=systems,
         summary=summarize(merged),
         records=merged,
+        errors=errors,
+        bm25=next((result.bm25 for result in results if result.bm25 is not None), None),
     )
 
 
@@ -455,7 +542,7 @@ def paired_differences(
     queries = list(dict.fromkeys(r.query_id for r in records))
     rows = []
     for control, facts in systems.items():
-        if (student := facts.control_of) is None:
+        if (student := facts.control_of) is None or student not in systems:  # a failed student
             continue
         by_metric = {}
         for metric in PAIRED_METRICS:
@@ -478,14 +565,32 @@ def _cuts(lengths: Sequence[int], quartiles: Sequence[int]) -> dict[str, list[in
     }
 
 
+def _header(metric: str) -> str:
+    """A metric's column header: nDCG columns carry their gain, so no table is read on the wrong scale."""
+    return f"{metric} (gain 2^label − 1)" if metric.startswith("ndcg") else metric
+
+
+def _bm25_note(result: EvalResult) -> list[str]:
+    if result.bm25 is None:
+        return []
+    b = result.bm25
+    return [
+        "",
+        f"bm25: Okapi BM25, k1 = {b['k1']}, b = {b['b']}, IDF over {b['idf_over']} "
+        f"(N = {b['idf_documents']} documents).",
+    ]
+
+
 def markdown_report(result: EvalResult) -> str:
     summary = result.summary
+    hard_cols = ["hard-query recall@5", "hard-query " + _header("ndcg@10")]
     lines = [
         f"## Evaluation on split `{result.split}` ({result.queries} queries)",
         "",
-        f"Reference ranking: teacher `{result.teacher}`. Recall@K is against the teacher's top-K.",
+        f"Reference ranking: teacher `{result.teacher}`. Recall@K is against the teacher's top-K; "
+        f"{GAIN_NOTE}.",
         "",
-        "| system | " + " | ".join(METRICS) + " | hard-query recall@5 | hard-query ndcg@10 |",
+        "| system | " + " | ".join([*map(_header, METRICS), *hard_cols]) + " |",
         "|---|" + "---|" * (len(METRICS) + 2),
     ]
     for system, s in summary.items():
@@ -498,8 +603,9 @@ def markdown_report(result: EvalResult) -> str:
             + " | ".join(tail)
             + " |"
         )
+    lines += _bm25_note(result)
     lines += ["", "Mean with 95% bootstrap interval over queries:", ""]
-    lines += ["| system | " + " | ".join(INTERVAL_METRICS) + " |", "|---|---|---|"]
+    lines += ["| system | " + " | ".join(map(_header, INTERVAL_METRICS)) + " |", "|---|---|---|"]
     for system, s in summary.items():
         ci = s.ci95
         cells = [f"{s.all[m]:.3f} [{ci[m][0]:.3f}, {ci[m][1]:.3f}]" for m in INTERVAL_METRICS]
@@ -508,7 +614,7 @@ def markdown_report(result: EvalResult) -> str:
         title = (
             "Each student minus its controls, paired over queries (95% bootstrap interval; better / worse)"
         )
-        header = "| student | control | " + " | ".join(f"Δ {m}" for m in PAIRED_METRICS) + " |"
+        header = "| student | control | " + " | ".join(f"Δ {_header(m)}" for m in PAIRED_METRICS) + " |"
         lines += ["", title + ":", "", header, "|---|---|---|---|"]
         for row in paired:
             cells = [
@@ -526,6 +632,13 @@ def markdown_report(result: EvalResult) -> str:
             f"{s.by_length_quartile[q]['recall@5']:.3f}" if q in s.by_length_quartile else "–" for q in quarts
         ]
         lines.append(f"| {system} | " + " | ".join(row) + " |")
+    if result.errors:
+        lines += ["", "Systems that failed (left out of every table above):", ""]
+        lines += ["| system | error |", "|---|---|"]
+        lines += [
+            f"| {name} | {' '.join(error.split()).replace('|', '/')} |"
+            for name, error in result.errors.items()
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,8 @@ backend (numpy < 2 there).
   top-K a system keeps. The reference is the full-context teacher on the same candidates; in a cascade
   a candidate pushed out of the top-K is lost for every later stage, so this is the number that says
   whether compression is safe to deploy.
-* `ndcg_at_k` and `accuracy_at_1`: quality against the graded labels (0 irrelevant, 1 partial, 2 exact).
+* `ndcg_at_k` and `accuracy_at_1`: quality against the graded labels (non-negative integers on any
+  scale: 0–2 for the synthetic set, 0–1 to 0–4 for TREC collections; gain 2^label − 1).
 * `mean_by_slice` and `length_quartiles`: a global mean hides the long items that carry the loss, so
   every metric is also reported per item-length quartile and per query kind (hard-negative or not).
 
@@ -64,7 +65,8 @@ def recall_at_k_vs_reference(
 def ndcg_at_k(scores: Sequence[float], labels: Sequence[int], k: int) -> float:
     """NDCG@k with exponential gain 2^label − 1 and discount 1/log2(rank + 1), rank starting at 1.
 
-    The ideal DCG sorts the labels themselves (descending), over all N candidates, cut at k. A query
+    The ideal DCG sorts the labels themselves (descending), over all N candidates, cut at k (trec_eval
+    sorts the qrels of the topic instead: the same when the qrels are the list's labels). A query
     with no label above 0 has ideal DCG 0 and returns 0.0 (the trec_eval convention): it cannot tell
     systems apart, so callers should drop such queries before averaging rather than count them.
     """

@@ -1,13 +1,17 @@
 """Relevance sets: items, queries and graded judgments, for training and for the evaluation protocol.
 
 One in-memory form (`RelevanceSet`) serves the synthetic generator (`reranker.training.data_synth`) and real
-data that users bring (WANDS, ESCI, click logs). Labels are graded 0 (irrelevant), 1 (partial,
-a near miss or substitute) and 2 (exact), the WANDS convention; map ESCI's E/S/C/I onto it before
-loading. Item text always comes from `render_item`, the one renderer, so items reach the model in the
-same layout whether they were generated, loaded or served.
+data that users bring (WANDS, ESCI, TREC collections via `reranker.training.trec`, click logs). Labels are
+non-negative integers on any graded scale (0–1, 0–3, 0–4 as judged); the metrics use the gain
+2^label − 1. The synthetic set and WANDS use 0 (irrelevant), 1 (partial, a near miss or substitute) and
+2 (exact) (`LABELS`); ESCI's E/S/C/I map to 3/2/1/0 (`ESCI_LABELS`, `load_relevance_file(label_map=...)`).
+Item text always comes from `render_item`, the one renderer, so items reach the model in the same layout
+whether they were generated, loaded or served.
 
 Storage is plain JSONL, never pickle: readable, diffable and safe to load from anywhere.
-`save_jsonl`/`load_jsonl` write and read a directory of three files (items, queries, judgments);
+`save_jsonl`/`load_jsonl` write and read a directory of three files (items, queries, judgments), plus
+`collection.json` when the set carries the term statistics of a larger collection its items were drawn
+from (`CollectionStats`: what BM25 needs for collection-wide IDF without re-reading the collection).
 `load_relevance_file` reads the flat one-row-per-judgment format users export (JSONL or CSV) and
 validates it row by row, so a bad row is reported with its line number and the problem.
 """
@@ -15,10 +19,13 @@ validates it row by row, so a bad row is reported with its line number and the p
 from __future__ import annotations
 
 import csv
+import functools
 import json
-from collections.abc import Iterator, Mapping
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Literal, TextIO, TypeVar
+from typing import Annotated, Any, Literal, TextIO, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -36,9 +43,14 @@ from reranker.core.render import content_hash, render_item
 
 Split = Literal["train", "dev", "test"]
 SPLITS: tuple[Split, ...] = ("train", "dev", "test")
-LABELS = {0: "irrelevant", 1: "partial", 2: "exact"}
+LABELS = {0: "irrelevant", 1: "partial", 2: "exact"}  # the synthetic set's (and WANDS') 0/1/2 scale
+# Amazon ESCI (Exact, Substitute, Complement, Irrelevant) on a 0–3 scale: an exact match is worth more
+# than a substitute, a complement is still better than nothing (Reddy et al., 2022, use E=1.0, S=0.1,
+# C=0.01 as gains; 2^l − 1 with E=3, S=2, C=1 keeps the same order).
+ESCI_LABELS = {"E": 3, "S": 2, "C": 1, "I": 0}
 
 _ITEMS_FILE, _QUERIES_FILE, _JUDGMENTS_FILE = "items.jsonl", "queries.jsonl", "judgments.jsonl"
+_COLLECTION_FILE = "collection.json"
 _REQUIRED_COLUMNS = ("query_id", "query", "item_id", "label")
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 
@@ -63,7 +75,7 @@ def _not_blank(text: str) -> str:
 
 
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
-Label = Annotated[int, Field(strict=True, ge=0, le=2)]
+Label = Annotated[int, Field(strict=True, ge=0)]  # any graded scale; gain 2^label − 1
 
 
 class Item(BaseModel):
@@ -102,7 +114,8 @@ class Query(BaseModel):
 
 
 class Judgment(BaseModel):
-    """The graded label of one (query, candidate item) pair: 0 irrelevant, 1 partial, 2 exact."""
+    """The graded label of one (query, candidate item) pair: 0 = not relevant, higher = more relevant
+    (any non-negative integer scale; the synthetic set's is `LABELS`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -111,13 +124,96 @@ class Judgment(BaseModel):
     label: Label
 
 
+# ---- collection statistics for lexical baselines -------------------------------------------------------
+
+BM25_TOKENIZER = "lowercase-alnum-stop33-porter"
+_TERM = re.compile(r"[a-z0-9]+(?:\.[0-9]+)?")
+# Lucene's classic English stop set (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET, 33 words).
+STOPWORDS = frozenset(
+    {"a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no"}
+    | {"not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this"}
+    | {"to", "was", "will", "with"}
+)
+
+
+@functools.cache
+def _porter() -> Any:
+    import Stemmer  # PyStemmer (Snowball's C stemmers)
+
+    return Stemmer.Stemmer("porter")
+
+
+def bm25_terms(text: str) -> list[str]:
+    """The terms BM25 counts in a text (`BM25_TOKENIZER`): lowercase runs of letters and digits (a
+    decimal like 1.7 stays one term), Lucene's 33 English stop words dropped, Porter-stemmed — the
+    analysis of Anserini's default BM25 runs on TREC newswire, up to the word tokenizer. The BM25
+    baseline, the `bm25:N` first stage of `gistrank data import-trec` and `CollectionStats` all use it,
+    so the baseline reranking a BM25 list with the collection's statistics reproduces that list."""
+    return _porter().stemWords([term for term in _TERM.findall(text.lower()) if term not in STOPWORDS])
+
+
+class CollectionStats(BaseModel):
+    """What BM25 needs of a document collection besides the candidates themselves: the number of
+    documents N, their mean length in terms and each term's document frequency — so IDF is the
+    collection's, not the candidate list's. Terms found in a single document are left out of `df`
+    (about half of any vocabulary): every candidate comes from the collection, so a term of a candidate
+    missing from `df` occurs in exactly one document (`doc_freq`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokenizer: str = BM25_TOKENIZER
+    documents: int = Field(ge=1)
+    avg_length: float = Field(ge=0)
+    df: dict[str, int]
+
+    @model_validator(mode="after")
+    def _known_tokenizer(self) -> CollectionStats:
+        if self.tokenizer != BM25_TOKENIZER:
+            raise ValueError(f"tokenizer {self.tokenizer!r} is not this version's {BM25_TOKENIZER!r}")
+        return self
+
+    def doc_freq(self, term: str) -> int:
+        return self.df.get(term, 1)
+
+
+class TermCounter:
+    """Document frequencies and lengths, one document at a time (a collection streamed from disk)."""
+
+    def __init__(self) -> None:
+        self.df: Counter[str] = Counter()
+        self.documents = 0
+        self.total_length = 0
+
+    def add(self, terms: Iterable[str]) -> None:
+        terms = list(terms)
+        self.df.update(set(terms))
+        self.documents += 1
+        self.total_length += len(terms)
+
+    def stats(self) -> CollectionStats:
+        if not self.documents:
+            raise ValueError("no documents counted")
+        df = {term: n for term, n in sorted(self.df.items()) if n > 1}
+        return CollectionStats(documents=self.documents, avg_length=self.total_length / self.documents, df=df)
+
+
+def collection_stats(texts: Iterable[str]) -> CollectionStats:
+    """`CollectionStats` of a collection given as its texts."""
+    counter = TermCounter()
+    for text in texts:
+        counter.add(bm25_terms(text))
+    return counter.stats()
+
+
 class RelevanceSet(BaseModel):
     """Items, queries and judgments; a query's candidates are its judgments, in their stored order.
 
     Candidate order is kept because the metrics break score ties by candidate index. Cross-references
     are checked on construction: every judgment names a known query and item, no pair is judged twice,
     and every query has at least one candidate. Treat instances as immutable (the candidate index is
-    built once).
+    built once). `collection`: the term statistics of the whole collection the items were drawn from,
+    when it is larger than `items` (a TREC collection of which only the candidates are kept); None means
+    the items are the collection.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -125,6 +221,7 @@ class RelevanceSet(BaseModel):
     items: dict[str, Item]
     queries: list[Query]
     judgments: list[Judgment]
+    collection: CollectionStats | None = None
     _candidates: dict[str, list[tuple[str, int]]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -162,10 +259,11 @@ class RelevanceSet(BaseModel):
         judgments = [judgment for judgment in self.judgments if judgment.query_id in keep]
         used = {judgment.item_id for judgment in judgments}
         items = {item_id: item for item_id, item in self.items.items() if item_id in used}
-        return RelevanceSet(items=items, queries=queries, judgments=judgments)
+        return RelevanceSet(items=items, queries=queries, judgments=judgments, collection=self.collection)
 
     def save_jsonl(self, directory: str | Path) -> None:
-        """Write items.jsonl, queries.jsonl and judgments.jsonl (one JSON object per line) to `directory`."""
+        """Write items.jsonl, queries.jsonl and judgments.jsonl (one JSON object per line) to `directory`,
+        and collection.json when the set carries collection statistics (a stale one is removed)."""
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
         for name, records in (
@@ -175,6 +273,10 @@ class RelevanceSet(BaseModel):
         ):
             lines = (record.model_dump_json() + "\n" for record in records)
             (root / name).write_text("".join(lines), encoding="utf-8")
+        if self.collection is not None:
+            (root / _COLLECTION_FILE).write_text(self.collection.model_dump_json() + "\n", encoding="utf-8")
+        else:
+            (root / _COLLECTION_FILE).unlink(missing_ok=True)
 
     @classmethod
     def load_jsonl(cls, directory: str | Path) -> RelevanceSet:
@@ -183,6 +285,7 @@ class RelevanceSet(BaseModel):
         items = _read_records(root / _ITEMS_FILE, Item)
         queries = _read_records(root / _QUERIES_FILE, Query)
         judgments = _read_records(root / _JUDGMENTS_FILE, Judgment)
+        collection = _read_collection(root / _COLLECTION_FILE)
         by_id: dict[str, Item] = {}
         for line, item in items:
             if item.item_id in by_id:
@@ -194,9 +297,19 @@ class RelevanceSet(BaseModel):
                 items=by_id,
                 queries=[query for _, query in queries],
                 judgments=[judgment for _, judgment in judgments],
+                collection=collection,
             )
         except ValidationError as error:
             raise RelevanceDataError(_first_error(error), path=root) from error
+
+
+def _read_collection(path: Path) -> CollectionStats | None:
+    if not path.is_file():
+        return None
+    try:
+        return CollectionStats.model_validate_json(path.read_bytes())
+    except ValidationError as error:
+        raise RelevanceDataError(_first_error(error), path=path) from error
 
 
 def _check_judgment(
@@ -246,15 +359,27 @@ def _first_error(error: ValidationError) -> str:
 # ---- user files: one row per judgment -------------------------------------------------------------
 
 
-def load_relevance_file(path: str | Path, *, default_split: Split = "test") -> RelevanceSet:
+def load_relevance_file(
+    path: str | Path,
+    *,
+    default_split: Split = "test",
+    label_map: Mapping[str, int] | None = None,
+    dedupe: bool = False,
+) -> RelevanceSet:
     """Load a user relevance file, one row per (query, item) judgment, as JSONL (.jsonl/.ndjson) or CSV.
 
-    Columns: `query_id`, `query`, `item_id`, `label` (0, 1 or 2), and the item as either `item_text`
+    Columns: `query_id`, `query`, `item_id`, `label` (a non-negative integer: any graded scale), and the
+    item as either `item_text`
     or `title` with optional `attributes` (a JSON object; in CSV a JSON string) and `description`.
     Optional: `split` (train/dev/test, else `default_split`) and `hard` (true/false). Ids may be strings
     or integers; other columns are ignored. The same query_id must carry the same text, split and hard
     flag on every row, and the same item_id the same item fields. `item_text` is taken as a title (its
     first line) and a description (the rest) and so gets re-rendered like every other item.
+
+    `label_map` reads the label column as names instead (case-insensitive), e.g. `ESCI_LABELS` for
+    Amazon ESCI's E/S/C/I → 3/2/1/0. A (query, item) pair on two rows is an error naming both lines,
+    unless `dedupe`: then the rows merge into one judgment with the higher label (the pair keeps its
+    first row's position among the query's candidates).
 
     Any problem raises `RelevanceDataError` naming the file and the 1-based line where the row starts
     (in CSV the header is line 1; a quoted field may span lines).
@@ -267,7 +392,7 @@ def load_relevance_file(path: str | Path, *, default_split: Split = "test") -> R
         rows = _csv_rows(source)
     else:
         raise RelevanceDataError(f"unknown format {suffix!r}: expected .jsonl, .ndjson or .csv", path=source)
-    builder = _Builder(source, default_split)
+    builder = _Builder(source, default_split, label_map, dedupe)
     for line, row in rows:
         builder.add(line, row)
     return builder.build()
@@ -336,13 +461,17 @@ def _check_header(path: Path, line: int, header: list[str]) -> None:
 class _Builder:
     """Turns validated rows into a RelevanceSet, remembering where each query and item was first seen."""
 
-    def __init__(self, path: Path, default_split: Split) -> None:
+    def __init__(
+        self, path: Path, default_split: Split, label_map: Mapping[str, int] | None, dedupe: bool
+    ) -> None:
         self.path = path
         self.default_split = default_split
+        self.label_map = None if label_map is None else {name.upper(): v for name, v in label_map.items()}
+        self.dedupe = dedupe
         self.queries: dict[str, tuple[Query, int]] = {}
         self.items: dict[str, tuple[Item, int]] = {}
-        self.pairs: dict[tuple[str, str], int] = {}
-        self.judgments: list[Judgment] = []
+        self.pairs: dict[tuple[str, str], int] = {}  # → line of its first row
+        self.labels: dict[tuple[str, str], int] = {}  # → label (the highest, when deduplicating)
 
     def add(self, line: int, row: Mapping[str, object]) -> None:
         try:
@@ -354,20 +483,20 @@ class _Builder:
         self._remember_query(line, query)
         self._remember_item(line, item)
         pair = (query.query_id, item.item_id)
-        if pair in self.pairs:
+        if pair in self.pairs and not self.dedupe:
             first = self.pairs[pair]
             problem = f"duplicate judgment for query {pair[0]!r}, item {pair[1]!r} (first on line {first})"
             raise RelevanceDataError(problem, path=self.path, line=line)
-        self.pairs[pair] = line
-        self.judgments.append(Judgment(query_id=query.query_id, item_id=item.item_id, label=label))
+        self.pairs.setdefault(pair, line)
+        self.labels[pair] = max(label, self.labels.get(pair, label))
 
     def build(self) -> RelevanceSet:
-        if not self.judgments:
+        if not self.labels:
             raise RelevanceDataError("no judgments in the file", path=self.path)
         return RelevanceSet(
             items={item_id: item for item_id, (item, _) in self.items.items()},
             queries=[query for query, _ in self.queries.values()],
-            judgments=self.judgments,
+            judgments=[Judgment(query_id=q, item_id=i, label=label) for (q, i), label in self.labels.items()],
         )
 
     def _parse(self, row: Mapping[str, object]) -> tuple[Query, Item, int]:
@@ -377,7 +506,7 @@ class _Builder:
             split=_split(row.get("split"), self.default_split),
             hard=_flag(row.get("hard")),
         )
-        return query, _item(row), _label(row["label"])
+        return query, _item(row), _label(row["label"], self.label_map)
 
     def _remember_query(self, line: int, query: Query) -> None:
         first = self.queries.setdefault(query.query_id, (query, line))
@@ -434,13 +563,18 @@ def _text(row: Mapping[str, object], column: str, *, required: bool = False) -> 
     return value
 
 
-def _label(value: object) -> int:
+def _label(value: object, label_map: Mapping[str, int] | None = None) -> int:
     text = value.strip() if isinstance(value, str) else value
-    if isinstance(text, str) and text in ("0", "1", "2"):
+    if label_map is not None:
+        if isinstance(text, str) and text.upper() in label_map:
+            return label_map[text.upper()]
+        names = ", ".join(label_map)
+        raise ValueError(f"label must be one of {names} (the label mapping), got {value!r}")
+    if isinstance(text, str) and text.isascii() and text.isdigit():
         return int(text)
-    if isinstance(text, int) and not isinstance(text, bool) and text in LABELS:
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
         return text
-    raise ValueError(f"label must be 0 (irrelevant), 1 (partial) or 2 (exact), got {value!r}")
+    raise ValueError(f"label must be a non-negative integer (0 = not relevant), got {value!r}")
 
 
 def _attributes(value: object) -> dict[str, JsonValue]:

@@ -1,0 +1,81 @@
+"""TREC run and qrels files of an evaluation (`gistrank eval --run-dir DIR`), so that any IR tool
+(trec_eval, ir_measures, ranx) can score, fuse or compare the systems.
+
+    DIR/<tag>.run   one per system that finished: `qid Q0 docno rank score tag`, the standard 6
+                    columns, every candidate of every query, rank 1 = best
+    DIR/qrels.txt   the evaluated split's labels: `qid 0 docno label`, every candidate (label 0
+                    included; in a `bm25:N` set an unjudged candidate is 0)
+    DIR/runs.json   system name → run file (tags are the names with anything but [A-Za-z0-9._=+-]
+                    replaced by `_`)
+
+Rank follows the project's ranking rule (score descending, ties by candidate index). trec_eval and the
+tools built on it re-sort by the score column and break ties by docno (descending) instead, so a
+system with tied scores (e.g. `no item`) can score differently there; without ties they agree.
+
+Agreement with the project's metrics (checked in tests/test_trec.py with ir_measures/pytrec_eval):
+* nDCG@10: gain 2^label − 1, discount 1/log2(rank + 1), ideal from the labels of the list. trec_eval
+  takes the ideal from the qrels — here exactly the list's labels — but uses the label itself as the
+  gain: `nDCG(gains={l: 2**l - 1})@10` in ir_measures (the same as plain `nDCG@10` on 0/1 labels).
+* recall@K against the reference: R@K of the system's run against qrels holding the reference run's
+  top K (label 1): |top-K(system) ∩ top-K(reference)| / min(K, N).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from reranker.evaluation.ranking_metrics import ranking
+from reranker.training.relevance_data import RelevanceSet
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
+
+
+def run_tag(system: str) -> str:
+    """A run tag (one whitespace-free token, also the file name) for a system name."""
+    return _UNSAFE.sub("_", system).strip("_") or "run"
+
+
+def run_lines(tag: str, ranked: Mapping[str, tuple[Sequence[str], Sequence[float]]]) -> list[str]:
+    """Lines of a run: per query id, (candidate docnos, their scores) in candidate order."""
+    lines = []
+    for qid, (docnos, scores) in ranked.items():
+        for rank, i in enumerate(ranking(scores), start=1):
+            lines.append(f"{qid} Q0 {docnos[i]} {rank} {float(scores[i])!r} {tag}")
+    return lines
+
+
+def write_qrels(path: Path, relevance: RelevanceSet) -> None:
+    lines = [
+        f"{query.query_id} 0 {item_id} {label}"
+        for query in relevance.queries
+        for item_id, label in relevance.candidates(query.query_id)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_runs(
+    run_dir: Path, relevance: RelevanceSet, scores: Mapping[str, Mapping[str, Sequence[float]]]
+) -> dict[str, Path]:
+    """One run file per system in `scores` (system → query id → one score per candidate, in the set's
+    candidate order), qrels.txt and runs.json in `run_dir` → system → its run file."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_qrels(run_dir / "qrels.txt", relevance)
+    docnos = {q.query_id: [item for item, _ in relevance.candidates(q.query_id)] for q in relevance.queries}
+    files: dict[str, Path] = {}
+    taken: set[str] = set()
+    for system, by_query in scores.items():
+        tag = base = run_tag(system)
+        n = 1
+        while tag in taken:  # two names that sanitize alike
+            n += 1
+            tag = f"{base}_{n}"
+        taken.add(tag)
+        ranked = {qid: (docnos[qid], values) for qid, values in by_query.items()}
+        files[system] = run_dir / f"{tag}.run"
+        files[system].write_text("\n".join(run_lines(tag, ranked)) + "\n")
+    index = {system: path.name for system, path in files.items()}
+    (run_dir / "runs.json").write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n")
+    return files
