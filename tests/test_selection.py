@@ -150,6 +150,7 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
         trained.gist_embeddings.add_(0.5)
     ckpt = trained.save_pretrained(tmp_path / "ckpt")
     spec = model_spec(ckpt, compressor="select", num_gist=6, max_item_tokens=512, select_pool=None)
+    assert split_spec(Path(spec))[1] == split_spec(spec)[1]  # as a Path from a command-line option
     assert split_spec(spec) == (
         str(ckpt),
         {"compressor": "select", "num_gist": "6", "max_item_tokens": "512"},

@@ -39,9 +39,9 @@ def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
     """A model reference with reading settings, `REF?compressor=select&num_gist=64&max_item_tokens=1024`
     → (REF, {setting: value}). One string, so every command and the Triton config that take a model
     take a variant of it too (`GistReranker.from_pretrained` applies the settings)."""
-    if isinstance(spec, Path) or "?" not in spec:
+    if "?" not in str(spec):  # command-line options may hand the reference over as a Path
         return spec, {}
-    ref, _, query = spec.partition("?")
+    ref, _, query = str(spec).partition("?")
     settings = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=True))
     unknown = sorted(set(settings) - set(SPEC_SETTINGS))
     if unknown:
