@@ -405,8 +405,14 @@ def evaluate(
         Path | None,
         typer.Option(help="also write one TREC run file per system and the split's qrels here"),
     ] = None,
+    max_queries: Annotated[
+        int | None, typer.Option(min=1, help="only the split's first N queries (a slice sized to the CPU)")
+    ] = None,
 ) -> None:
-    """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG."""
+    """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG.
+
+    --teacher / --student / --full-model take model references with reading settings, e.g.
+    `gistrank-teacher-lora?compressor=select&num_gist=64&max_item_tokens=1024` (README, core API)."""
     from reranker.evaluation.evaluate import evaluate as run_eval
 
     if not student and not full_model:
@@ -422,6 +428,7 @@ def evaluate(
         full_paths=full_model or [],
         control_base=control_base,
         run_dir=run_dir,
+        max_queries=max_queries,
     )
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot

@@ -314,3 +314,22 @@ def test_evaluate_records_a_failed_system_and_goes_on(
     assert set(json.loads((runs / "runs.json").read_text())) == set(result.summary)
     merged = merge_results([result, result])
     assert merged.errors == result.errors
+
+
+def test_a_selection_student_on_a_slice_of_queries(tiny_base: Path, tmp_path: Path) -> None:
+    """A model reference with compressor=select is evaluated like any student: its own online path and
+    its prefix controls at the same budgets, no untrained-gists control (it has no gists); with
+    `max_queries` only the split's first queries are scored."""
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    teacher = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "teacher")
+    select = f"{teacher}?compressor=select&num_gist=3"
+    result = evaluate(data, teacher, [select], tmp_path / "eval", device="cpu", prefix_ks=(1,), max_queries=1)
+    assert result.queries == 1 == len({r.query_id for r in result.records})
+    assert "select k=3" in result.systems and "prefix 3 · select k=3" in result.systems
+    assert not any("untrained" in name for name in result.systems)
+    # the teacher's own body read by selection: at a budget above every item's length nothing is
+    # dropped, and it ranks exactly as the reference (recall@1 = 1 on every query)
+    whole = f"{teacher}?compressor=select&num_gist=64"
+    full = evaluate(data, teacher, [whole], tmp_path / "whole", device="cpu", prefix_ks=(1,))
+    assert all(r.metrics["recall@1"] == 1.0 for r in full.records if r.system == "select k=64")

@@ -275,14 +275,15 @@ def _gist_systems(
     """Systems of one student checkpoint: its own online path and its controls, each item's K/V
     compressed once per system. A `label` (its run) suffixes every name and family.
 
-    The controls are the untrained-gists baseline (the student's body and head, initial gists) and
+    The controls are the untrained-gists baseline (the student's body and head, initial gists; gist
+    students only) and
     prefix caching of the item's first t + k' tokens for each k' in `prefix_ks` and the student's k. With
     `base` (the untouched base LM under the student's gist config) both controls are also read by it:
     the fair controls of a student whose score rule needs no trained parameter (query likelihood),
     since the student's own body has learned to read gists rather than raw tokens."""
     suffix = f" · {label}" if label else ""
 
-    def name(family: str = "gist", with_k: bool = True) -> str:
+    def name(family: str = student.gist.compressor, with_k: bool = True) -> str:
         return _layout_name(student.gist, family, with_k) + suffix
 
     ids = list(texts_by_id)
@@ -297,10 +298,11 @@ def _gist_systems(
     }
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
-        systems[name("untrained gists") + tag] = System(
-            _kv_scorer(ids, texts, lambda r=reader: untrained_gists(r)),
-            SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
-        )
+        if student.gist.compressor == "gist":  # selection and prefix have no gists to leave untrained
+            systems[name("untrained gists") + tag] = System(
+                _kv_scorer(ids, texts, lambda r=reader: untrained_gists(r)),
+                SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
+            )
         for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
             # scored by this reader's body and head: two students' prefix controls of one budget differ
             systems[f"prefix {budget} · {main}{tag}"] = System(
@@ -417,14 +419,15 @@ def evaluate(
     full_paths: Sequence[str | Path] = (),
     control_base: bool = False,
     run_dir: Path | None = None,
+    max_queries: int | None = None,
 ) -> EvalResult:
     """Score `data`'s `split` with the teacher, every student's systems and every other full-context
     model in `full_paths`; write results.json, report.md and plots to `out`, and with `run_dir` one TREC
     run file per system and the split's qrels (`run_files.write_runs`). `control_base`: read each
     student's controls with its untouched base LM as well (see `_gist_systems`). BM25's IDF is over the
     set's collection (`data.collection`, saved by `gistrank data import-trec`), else over all of
-    `data`'s items."""
-    test = data.split(split)
+    `data`'s items. `max_queries`: only the split's first queries (the slice is stated in the report)."""
+    test = data.split(split, max_queries)
     if not test.queries:
         raise ValueError(f"split {split!r} has no queries")
     teacher = GistReranker.from_pretrained(teacher_path, device=device)

@@ -250,11 +250,12 @@ class RelevanceSet(BaseModel):
             raise KeyError(f"unknown query_id {query_id!r}")
         return list(self._candidates[query_id])
 
-    def split(self, name: Split) -> RelevanceSet:
-        """The queries of one split with their judgments and only the items those judgments use."""
+    def split(self, name: Split, max_queries: int | None = None) -> RelevanceSet:
+        """The queries of one split (the first `max_queries` of them in file order, when given: a slice
+        sized to a CPU budget) with their judgments and only the items those judgments use."""
         if name not in SPLITS:
             raise ValueError(f"unknown split {name!r}, expected one of {SPLITS}")
-        queries = [query for query in self.queries if query.split == name]
+        queries = [query for query in self.queries if query.split == name][:max_queries]
         keep = {query.query_id for query in queries}
         judgments = [judgment for judgment in self.judgments if judgment.query_id in keep]
         used = {judgment.item_id for judgment in judgments}
