@@ -11,14 +11,17 @@ Loading, saving, LoRA, the fingerprint and the compute dtype: `weights.py`.
 
 The inference forwards (sequence layouts, masks and position ids in `layout.py`):
     compress(items)            item + gists, keep per-layer (prefix +) gist K/V → list[GistKV]
-    score(query, kvs)          query (+ score token) against injected gist K/V → (N,) online path
+                               (compressor "select": kept item columns, selection.py; "prefix": the
+                               item's first t + k tokens)
+    score(query, kvs)          query (+ score token) against injected K/V      → (N,) online path
+    rank(query, items)         score, sorted                                   → [(index, score)]
     score_masked(query, items) item + gists + query (+ score), gist mask       → (N,) reference path
     score_full(query, items)   item + query (+ score), plain causal            → (N,) shadow/teacher
 Training forwards (packed scoring, autoencoding) live in `reranker/training/forwards.py`, the
-prefix-caching baseline in `reranker/evaluation/baselines.py`, attention capture in the probe.
+baselines in `reranker/evaluation/baselines.py`, attention capture in the probe.
 
 `score(q, compress(items)) == score_masked(q, items)` (fp32, ≤ 1e-4 relative) is the core's
-acceptance test: tests/test_equivalence.py.
+acceptance test: tests/test_equivalence.py (selection's reference: tests/test_selection.py).
 """
 
 from __future__ import annotations
