@@ -234,7 +234,7 @@ class GistWeights(nn.Module):
 
     @property
     def fingerprint(self) -> str:
-        """blake2b over base weights, gist embeddings, head and gist config.
+        """blake2b over base weights, gist embeddings, head and gist config, in the storage dtype.
 
         Recomputed whenever any parameter was modified in place (optimizer steps bump tensor
         versions), so K/V compressed before a training step can never pass as current.
@@ -249,6 +249,10 @@ class GistWeights(nn.Module):
                 if t.data_ptr() in seen:  # tied weights (embeddings / lm_head) hash once
                     continue
                 seen.add(t.data_ptr())
+                if t.is_floating_point() and ".lora_" not in name:
+                    # as saved: a model computing wider than it stores hashes what save_pretrained
+                    # writes (peft keeps adapters in fp32 under a bf16 body, so they hash as they are)
+                    t = t.detach().to(self.gist.torch_dtype)
                 h.update(name.encode())
                 h.update(str(t.dtype).encode())
                 h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
