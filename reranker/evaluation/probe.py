@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 from reranker.bench.harness import print_table, publish
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
+from reranker.core.selection import eager_attention
 from reranker.training.forwards import autoencode_control, autoencode_loss
 from reranker.training.relevance_data import RelevanceSet
 
@@ -203,15 +204,9 @@ def attention(
     averaged over heads → ((N, L, S, S) float32, each item's token ids, tail length ℓ). Runs with eager
     attention, the one implementation that returns weights."""
     rows, item_ids, q = model.tail_rows(query, items, full)
-    base = model.base_lm()
-    before = base.config._attn_implementation
-    base.set_attn_implementation("eager")
-    try:
-        with torch.inference_mode():
-            lens = None if full else model.token_counts(item_ids)
-            out, _ = model.forward_rows(rows, lens, output_attentions=True)
-    finally:
-        base.set_attn_implementation(before)
+    with eager_attention(model), torch.inference_mode():
+        lens = None if full else model.token_counts(item_ids)
+        out, _ = model.forward_rows(rows, lens, output_attentions=True)
     weights = torch.stack([a.float().mean(1) for a in out.attentions], dim=1)
     return weights, item_ids, q.embeds.shape[0]
 
