@@ -77,12 +77,19 @@ def bench(
     dtype: DType = "auto",
     repeats: Annotated[int, typer.Option(help="timed runs of the gist path after a warm-up")] = 5,
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_score.json"),
+    compressor: Annotated[
+        str,
+        typer.Option(
+            help="gist | select | prefix: what the k stored positions are (online cost is the same)"
+        ),
+    ] = "gist",
 ) -> None:
-    """Candidates/s of online `score` vs full-context `score_full`, next to the ideal (j + ℓ)/ℓ."""
+    """Candidates/s of online `score` vs full-context `score_full`, next to the ideal (j + ℓ)/ℓ, and
+    the offline compression time per item."""
     from reranker.bench.score import run_score_bench
 
     js = item_tokens or [256, 512, 1024]
-    run_score_bench(base, candidates, query_tokens, js, num_gist, dtype, repeats, out)
+    run_score_bench(base, candidates, query_tokens, js, num_gist, dtype, repeats, out, compressor)
 
 
 @app.command(name="bench-packing")

@@ -29,19 +29,23 @@ def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
     assert "untrained" in result.output
 
 
-def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("compressor", ["gist", "select"])
+def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path, compressor: str) -> None:
     out = tmp_path / "bench.json"
     args = ["bench", "--base", str(tiny_base), "--candidates", "6", "--query-tokens", "8"]
-    args += ["--dtype", "float32"]
+    args += ["--dtype", "float32", "--compressor", compressor]
     args += ["--item-tokens", "32", "--item-tokens", "96", "--repeats", "1", "--out", str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    rows = json.loads(out.read_text())["rows"]
+    saved = json.loads(out.read_text())
+    rows = saved["rows"]
+    assert saved["meta"]["compressor"] == compressor and compressor in result.output
     assert [r["item_tokens"] for r in rows] == [32, 96]
+    assert all(r["compress_ms_per_item"] > 0 for r in rows)
     for r in rows:
         assert abs(r["mean_item_tokens"] - r["item_tokens"]) <= 2
         assert r["ideal_speedup"] == (r["mean_item_tokens"] + r["online_tokens"]) / r["online_tokens"]
-        assert r["speedup"] == r["gist_candidates_per_s"] / r["full_candidates_per_s"]
+        assert r["speedup"] == r["online_candidates_per_s"] / r["full_candidates_per_s"]
 
 
 def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:

@@ -15,10 +15,12 @@ from tiny import tiny_relevance_set
 
 from reranker.core.config import GistConfig
 from reranker.core.errors import EmptyInputError
+from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
 from reranker.evaluation.baselines import bm25_scores, compress_prefix, prefix_reader
 from reranker.evaluation.evaluate import (
     METRICS,
+    TEACHER,
     Difference,
     EvalResult,
     QueryRecord,
@@ -26,11 +28,13 @@ from reranker.evaluation.evaluate import (
     SystemFacts,
     baseline_systems,
     evaluate,
+    markdown_report,
     merge_results,
     paired_differences,
     score_queries,
     write_outputs,
 )
+from reranker.evaluation.fusion import WEIGHTS, fit_weight, interpolate, minmax
 from reranker.evaluation.ranking_metrics import ranking
 from reranker.training.relevance_data import collection_stats
 from reranker.training.trainer import TrainConfig, Trainer
@@ -79,8 +83,25 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     prefix = {f"prefix {n} · gist k=2" for n in (1, 2)} | {f"prefix {n} · gist k=4" for n in (1, 4)}
     prefix |= {f"prefix {n} · gist t=3 k=2" for n in (3 + 1, 3 + 2)}
     full = f"full context · {teacher_path}"  # another full-context model: here the teacher itself
-    systems = {"teacher", "bm25", "no item", full} | trained | hybrid | prefix
+    fused = {f"{s} + bm25" for s in ("teacher", full, "gist k=2", "gist k=4", "gist t=3 k=2")}
+    systems = {"teacher", "bm25", "no item", full} | trained | hybrid | prefix | fused
     assert set(result.summary) == systems
+    assert set(result.interpolation) == fused
+    assert all(fit["weight"] in WEIGHTS for fit in result.interpolation.values())
+    # costs: every scored system timed; a compressed one's stored positions and payload bytes
+    assert set(result.costs) == systems - fused
+    assert all(c["ms_per_candidate"] > 0 for c in result.costs.values())
+    hybrid_costs = result.costs["gist t=3 k=2"]
+    assert hybrid_costs["positions"] == 5  # every test item is longer than t
+    reader = GistReranker.from_pretrained(students[2], device="cpu")
+    dims = (reader.num_layers, 5, reader.num_kv_heads, reader.head_dim)
+    assert hybrid_costs["bytes_bf16"] == payload_nbytes(*dims, "bfloat16")
+    assert hybrid_costs["bytes_int8"] == payload_nbytes(*dims, "int8")
+    assert "positions" not in result.costs["teacher"]
+    read = {i for q in data.split("test").queries for i, _ in data.candidates(q.query_id)}
+    longer = sum(len(reader.tokenizer(data.items[i].text)["input_ids"]) > 48 for i in read)
+    assert result.truncation == {"max_item_tokens": 48, "items": len(read), "truncated": longer}
+    assert longer and f"{longer} of {len(read)} candidates" in (out / "report.md").read_text()
     assert result.full_models == [str(teacher_path)]
     assert [replace(r, system="teacher") for r in result.records if r.system == full] == [
         r for r in result.records if r.system == "teacher"
@@ -108,6 +129,7 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         "recall_at_5_vs_k.png",
         "recall_at_10_vs_k.png",
         "ndcg_at_10_vs_k.png",
+        "quality_vs_bytes.png",
     }
 
     # the same students evaluated in two runs and merged: the joint evaluation, table and all
@@ -121,8 +143,9 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     assert merged.systems == result.systems and merged.summary == result.summary
     assert merged.full_models == result.full_models
     assert sorted(map(repr, merged.records)) == sorted(map(repr, result.records))
-    write_outputs(merged, tmp_path / "merged")
-    assert (tmp_path / "merged" / "report.md").read_text() == report
+    write_outputs(merged, tmp_path / "merged")  # the same rows (in another order), timings aside
+    expected = markdown_report(replace(result, costs=merged.costs)).splitlines()
+    assert sorted((tmp_path / "merged" / "report.md").read_text().splitlines()) == sorted(expected)
     # two runs of one layout in one evaluation: each named by its run folder, neither overwrites the other
     shutil.copytree(students[0], tmp_path / "rerun" / "checkpoint")
     pair = evaluate(
@@ -279,7 +302,7 @@ def test_a_failing_system_keeps_the_others_results() -> None:
             lambda _q, ids: [float(len(i)) + n for n, i in enumerate(ids)], SystemFacts("s", None)
         ),
     }
-    reference = lambda _q, ids: [float(-n) for n in range(len(ids))]  # noqa: E731
+    reference = System(lambda _q, ids: [float(-n) for n in range(len(ids))], TEACHER)
     scored = score_queries(test, reference, systems, [0, 1])
     assert set(scored.errors) == {"flaky", "nan"}
     assert scored.errors["flaky"] == "RuntimeError: out of memory on the second query"
@@ -299,14 +322,15 @@ def test_evaluate_records_a_failed_system_and_goes_on(
     def broken(*_args: object, **_kwargs: object) -> list:
         raise EmptyInputError("items [1] have fewer than t + k = 2 tokens")
 
-    monkeypatch.setattr("reranker.evaluation.evaluate.compress_prefix", broken)
+    monkeypatch.setattr("reranker.evaluation.evaluate._SharedPass.compress", broken)  # the prefix pass
     out, runs = tmp_path / "eval", tmp_path / "runs"
     result = evaluate(data, model, [model], out, device="cpu", prefix_ks=(1,), run_dir=runs)
     failed = {"prefix 1 · gist k=2", "prefix 2 · gist k=2"}
     assert set(result.errors) == failed
     assert result.errors["prefix 1 · gist k=2"].startswith("EmptyInputError: items [1]")
-    assert {"teacher", "bm25", "no item", "gist k=2", "untrained gists k=2"} == set(result.summary)
-    assert not failed & set(result.systems) and len(result.records) == 5 * 2
+    scored = {"teacher", "bm25", "no item", "gist k=2", "untrained gists k=2"}
+    assert scored | {"teacher + bm25", "gist k=2 + bm25"} == set(result.summary)
+    assert not failed & set(result.systems) and len(result.records) == 7 * 2
     saved = json.loads((out / "results.json").read_text())
     assert saved["errors"] == result.errors and EvalResult.from_json(saved) == result
     report = (out / "report.md").read_text()
@@ -333,3 +357,59 @@ def test_a_selection_student_on_a_slice_of_queries(tiny_base: Path, tmp_path: Pa
     whole = f"{teacher}?compressor=select&num_gist=64"
     full = evaluate(data, teacher, [whole], tmp_path / "whole", device="cpu", prefix_ks=(1,))
     assert all(r.metrics["recall@1"] == 1.0 for r in full.records if r.system == "select k=64")
+
+
+def test_bm25_interpolation_weight_is_fitted_on_the_other_queries() -> None:
+    """Two queries where the model is right and BM25 wrong, one the other way round: the weight to
+    deploy favours the model; the odd query is graded at the weight the other two chose (≥ 2/3 puts the
+    relevant item first when the model is right), so its own labels never pick its weight."""
+    labels = {q: [0, 1, 0] for q in ("q1", "q2", "q3")}
+    right, wrong = [2.0, 3.0, 1.0], [3.0, 1.0, 2.0]  # the relevant item (index 1) first / last
+    model = {"q1": right, "q2": right, "q3": wrong}
+    bm25 = {"q1": wrong, "q2": wrong, "q3": right}
+    fitted = fit_weight(model, bm25, labels)
+    assert fitted.weight == 0.7  # the smallest weight that ranks the relevant item first on q1 and q2
+    assert fitted.held_out["q3"] == 0.7
+    assert ranking(interpolate(model["q3"], bm25["q3"], fitted.held_out["q3"]))[0] != 1  # graded honestly
+    assert ranking(interpolate(model["q3"], bm25["q3"], 0.3))[0] == 1  # its own best weight would cheat
+    assert minmax([2.0, 2.0]) == [0.0, 0.0] and minmax([1.0, 3.0, 2.0]) == [0.0, 1.0, 0.5]
+
+
+def test_a_rerun_scores_only_what_the_cache_lacks(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a run folder, a second evaluation over more queries reuses every cached (system, query) —
+    each model scores only the new query — and gives the records a fresh evaluation gives; a changed
+    model (another key) is scored afresh."""
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    runs = tmp_path / "runs"
+    first = evaluate(
+        data, model, [model], tmp_path / "a", device="cpu", prefix_ks=(1,), run_dir=runs, max_queries=1
+    )
+    assert first.queries == 1 and "key" in json.loads((runs / "cache.json").read_text())["teacher"]
+    called: list[tuple[str, str]] = []
+    for method in ("score", "score_full"):
+        original = getattr(GistReranker, method)
+
+        def counted(
+            self: GistReranker, query: str, items: list, _m: str = method, _f=original
+        ) -> torch.Tensor:
+            called.append((_m, query))
+            return _f(self, query, items)
+
+        monkeypatch.setattr(GistReranker, method, counted)
+    second = evaluate(data, model, [model], tmp_path / "b", device="cpu", prefix_ks=(1,), run_dir=runs)
+    new_query = data.split("test").queries[1].text
+    # teacher once; the student, its untrained gists and two prefix controls once each: the new query only
+    assert sorted(called) == [("score", new_query)] * 4 + [("score_full", new_query)]
+    monkeypatch.undo()
+    fresh = evaluate(data, model, [model], tmp_path / "c", device="cpu", prefix_ks=(1,))
+    assert sorted(map(repr, second.records)) == sorted(map(repr, fresh.records))
+    other = GistReranker.from_pretrained(tiny_base, gist.model_copy(update={"max_item_tokens": 40}))
+    other_path = other.save_pretrained(tmp_path / "other")
+    called.clear()
+    monkeypatch.setattr(GistReranker, "score_full", counted)
+    evaluate(data, other_path, [], tmp_path / "d", device="cpu", run_dir=runs)
+    assert len(called) == 2  # another teacher: both queries scored again

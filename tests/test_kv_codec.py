@@ -24,6 +24,7 @@ from reranker.core.kv_codec import (
     FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
+    STORAGE_DTYPES,
     BlobMetadataError,
     CorruptBlobError,
     ForeignFingerprintError,
@@ -33,6 +34,7 @@ from reranker.core.kv_codec import (
     decode,
     encode,
     kv_nbytes_formula,
+    payload_nbytes,
 )
 
 CONTENT_HASH = hashlib.sha256(b"item content").hexdigest()
@@ -184,6 +186,17 @@ def test_int8_blob_size(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
     layers, heads, k, h = tiny_model.num_layers, tiny_model.num_kv_heads, kv.num_gist, tiny_model.head_dim
     data = kv_nbytes_formula(layers, k, heads, h, 1) + 4 * layers * heads * (h + k)  # int8 + fp32 scales
     assert 0 < len(encode(kv, CONTENT_HASH, "int8")) - data <= 768
+    assert payload_nbytes(layers, k, heads, h, "int8") == data
+
+
+@pytest.mark.parametrize("storage", STORAGE_DTYPES)
+def test_payload_nbytes_is_the_blob_less_its_header(
+    tiny_model: GistReranker, kvs: list[GistKV], storage: str
+) -> None:
+    """What evaluation reports as bytes per item: the blob's tensor bytes, its header aside."""
+    for kv in kvs:  # items of different stored lengths
+        dims = (tiny_model.num_layers, kv.kv.shape[3], tiny_model.num_kv_heads, tiny_model.head_dim)
+        assert HEADER_SIZE < len(encode(kv, CONTENT_HASH, storage)) - payload_nbytes(*dims, storage) <= 768
 
 
 # ---------------------------------------------------------------------------------- damaged / foreign

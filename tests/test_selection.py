@@ -186,3 +186,39 @@ def test_a_reference_can_read_a_base_zero_shot_by_likelihood(tiny_base: Path) ->
     start = len(ids) + len(lead)
     expected = sum(float(logp[start - 1 + i, t]) for i, t in enumerate(query_ids))
     assert float(model.score_full("256GB phone", ITEMS[:1])[0]) == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("compressor", ["select", "prefix"])
+@pytest.mark.parametrize("t", [0, 5])
+def test_one_pass_serves_every_budget(tiny_base: Path, compressor: str, t: int) -> None:
+    """`compress_budgets` gives, for each k, exactly what the model set up at that k compresses (same
+    tensors up to fp32 rounding — a prefix forward over more tokens sums in another order —, same
+    fingerprint, short items kept whole), from one forward over the items."""
+    model = GistReranker.from_pretrained(
+        tiny_base,
+        GistConfig(num_gist=4, keep_item_prefix=t, compressor=compressor, dtype="float32"),
+        device="cpu",
+    )
+    budgets = [2, 4, 9]
+    many = model.compress_budgets(ITEMS, budgets, batch_size=3)
+    assert sorted(many) == budgets
+    for k in budgets:
+        alone_model = (
+            model if k == 4 else model.with_gist_config(model.gist.model_copy(update={"num_gist": k}))
+        )
+        alone = alone_model.compress(ITEMS, batch_size=3)
+        for got, want in zip(many[k], alone, strict=True):
+            assert got.fingerprint == want.fingerprint == alone_model.fingerprint
+            assert (got.item_tokens, got.prefix_tokens, got.truncated) == (
+                want.item_tokens,
+                want.prefix_tokens,
+                want.truncated,
+            )
+            torch.testing.assert_close(got.kv, want.kv, rtol=1e-5, atol=1e-5)
+        alone_model.check_kv(many[k])
+
+
+def test_trained_gists_have_one_budget(tiny_model: GistReranker) -> None:
+    assert tiny_model.compress_budgets(ITEMS[:1], [4])[4][0].num_gist == 4
+    with pytest.raises(ValueError, match="trained gists have k=4"):
+        tiny_model.compress_budgets(ITEMS[:1], [2, 4])

@@ -149,6 +149,18 @@ def kv_nbytes_formula(
     return int(2 * num_layers * positions * num_kv_heads * head_dim * bytes_per_elem)
 
 
+def payload_nbytes(
+    num_layers: int, positions: int, num_kv_heads: int, head_dim: int, storage_dtype: str
+) -> int:
+    """Tensor bytes of one item's blob in `storage_dtype` (the frame and metadata add a few hundred):
+    `kv_nbytes_formula` for the float types; for int8 one byte per value plus the float32 scales,
+    L·H_kv·(2·P·h + 4·h + 4·P)."""
+    if storage_dtype == "int8":
+        return num_layers * num_kv_heads * (2 * positions * head_dim + 4 * head_dim + 4 * positions)
+    size = torch.empty((), dtype=getattr(torch, storage_dtype)).element_size()
+    return kv_nbytes_formula(num_layers, positions, num_kv_heads, head_dim, size)
+
+
 def _digest(prefix: bytes, payload: bytes) -> bytes:
     h = hashlib.blake2b(prefix, digest_size=_DIGEST_SIZE)
     h.update(payload)

@@ -298,30 +298,57 @@ class GistReranker(GistWeights):
     def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
         """Compress items into per-layer K/V of their first p = min(t, j) tokens (hybrid prefix; none
         when t = 0) and k more positions: the gists, or with `compressor="select"` the item columns
-        each layer and head attends to most (selection.py). `batch_size` items per forward (sorted by
-        length so a batch pads little). Truncated items are flagged on their GistKV; the caller
-        counts them."""
+        each layer and head attends to most (selection.py), or with `"prefix"` the next k tokens.
+        `batch_size` items per forward (sorted by length so a batch pads little). Truncated items are
+        flagged on their GistKV; the caller counts them."""
+        k = self.gist.num_gist
+        return self.compress_budgets(items, [k], batch_size, progress)[k]
+
+    def compress_budgets(
+        self, items: Sequence[str], budgets: Sequence[int], batch_size: int = 16, progress: bool = False
+    ) -> dict[int, list[GistKV]]:
+        """`compress` at several budgets k in one pass over the items → {k: [GistKV]}, each list what
+        `self.with_gist_config(gist with num_gist=k).compress(items)` returns (its fingerprint, same
+        tensors) — for a k sweep of selection or prefix caching, whose expensive part (the item's
+        forward) does not depend on k. Trained gists have one k: `budgets` must be [num_gist]."""
+        budgets = sorted(set(budgets))
+        if not budgets or min(budgets) < 1:
+            raise ValueError(f"budgets must be positive integers, got {budgets}")
+        if self.gist.compressor == "gist" and budgets != [self.gist.num_gist]:
+            raise ValueError(f"trained gists have k={self.gist.num_gist}; cannot compress to k={budgets}")
         item_ids, truncated = self.item_ids(items)
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
-        out: list[GistKV | None] = [None] * len(item_ids)
         t = self.gist.keep_item_prefix
-        fingerprint = self.fingerprint
-        batches = range(0, len(order), batch_size)
-        for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
+        fingerprints = {
+            k: self.fingerprint if k == self.gist.num_gist else self.with_gist_config(self._at(k)).fingerprint
+            for k in budgets
+        }
+        out: dict[int, list[GistKV | None]] = {k: [None] * len(item_ids) for k in budgets}
+        for start in tqdm(
+            range(0, len(order), batch_size), desc="compress", unit="batch", disable=not progress
+        ):
             idx = order[start : start + batch_size]
             if self.gist.compressor == "select":
-                kvs = select_kv(self, [item_ids[i] for i in idx])
+                per_item = select_kv(self, [item_ids[i] for i in idx], budgets)
             elif self.gist.compressor == "prefix":
-                kept = [item_ids[i][: t + self.gist.num_gist] for i in idx]
+                kept = [item_ids[i][: t + budgets[-1]] for i in idx]
                 slots = [torch.arange(len(ids), device=self.device) for ids in kept]
-                kvs = self.causal_kv([self.embed(ids) for ids in kept], slots)
+                kvs = self.causal_kv([self.embed(ids) for ids in kept], slots)  # the largest budget's
+                per_item = [{k: kv[:, :, :, : t + k] for k in budgets} for kv in kvs]
             else:
                 rows = [torch.cat([self.embed(item_ids[i]), self.gist_embeddings]) for i in idx]
                 kvs = self.causal_kv(rows, [self._stored_slots(len(item_ids[i])) for i in idx])
-            for i, kv in zip(idx, kvs, strict=True):
+                per_item = [{budgets[0]: kv} for kv in kvs]
+            for i, kvs_by_k in zip(idx, per_item, strict=True):
                 j = len(item_ids[i])
-                out[i] = GistKV(kv, fingerprint, j, truncated[i], prefix_tokens=min(t, j))
+                for k, kv in kvs_by_k.items():
+                    out[k][i] = GistKV(
+                        kv.contiguous(), fingerprints[k], j, truncated[i], prefix_tokens=min(t, j)
+                    )
         return out  # type: ignore[return-value]
+
+    def _at(self, k: int) -> GistConfig:
+        return self.gist.model_copy(update={"num_gist": k})
 
     def _stored_slots(self, j: int) -> torch.Tensor:
         """Positions an item of j tokens keeps: its first min(t, j) tokens, then the gists j … j+k-1."""

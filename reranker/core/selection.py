@@ -50,19 +50,27 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
     return [layer.self_attn for layer in model.decoder().layers]
 
 
-def select_kv(model: nn.Module, item_ids: Sequence[list[int]]) -> list[torch.Tensor]:
-    """Per item, the kept K/V → [(L, 2, H_kv, p + s, h)] in the storage dtype (module docstring)."""
-    return [kv for kv, _ in _select(model, item_ids)]
+def select_kv(
+    model: nn.Module, item_ids: Sequence[list[int]], budgets: Sequence[int] | None = None
+) -> list[dict[int, torch.Tensor]]:
+    """Per item and per budget k (default: the config's), the kept K/V → {k: (L, 2, H_kv, p + s, h)} in
+    the storage dtype (module docstring). Every budget comes out of the same forward: one pass serves a
+    k sweep."""
+    return [{k: kv for k, (kv, _) in per_k.items()} for per_k in _select(model, item_ids, budgets)]
 
 
 def selected_columns(model: nn.Module, item_ids: Sequence[list[int]]) -> list[torch.Tensor]:
     """The item positions `select_kv` keeps after the prefix → per item (L, H_kv, s), ascending."""
-    return [cols for _, cols in _select(model, item_ids)]
+    k = model.gist.num_gist
+    return [per_k[k][1] for per_k in _select(model, item_ids, [k])]
 
 
 @torch.inference_mode()
-def _select(model: nn.Module, item_ids: Sequence[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    k, t, window = model.gist.num_gist, model.gist.keep_item_prefix, model.gist.select_window
+def _select(
+    model: nn.Module, item_ids: Sequence[list[int]], budgets: Sequence[int] | None
+) -> list[dict[int, tuple[torch.Tensor, torch.Tensor]]]:
+    t, window = model.gist.keep_item_prefix, model.gist.select_window
+    budgets = sorted(set(budgets or [model.gist.num_gist]))
     suffix = observation_suffix(model)
     lens = [len(ids) for ids in item_ids]
     rows = [model.embed(ids + suffix) for ids in item_ids]
@@ -92,13 +100,20 @@ def _select(model: nn.Module, item_ids: Sequence[list[int]]) -> list[tuple[torch
     for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
         p = min(t, j)
         prefix = torch.arange(pad, pad + p, device=model.device)
-        cols = torch.stack([_kept(m[i, :, pad + p : pad + j], k, model.gist.select_pool) + p for m in mass])
-        layers = []
-        for cache, at in zip(result.cache.layers, cols + pad, strict=True):  # at: (H_kv, s)
-            keys = torch.cat([cache.keys[i, :, prefix], _gather(cache.keys[i], at)], dim=1)  # (H_kv, p+s, h)
-            values = torch.cat([cache.values[i, :, prefix], _gather(cache.values[i], at)], dim=1)
-            layers.append(torch.stack([keys, values]))
-        out.append((torch.stack(layers).to(model.kv_dtype), cols))  # (L, 2, H_kv, p + s, h), (L, H_kv, s)
+        per_k = {}
+        for k in budgets:
+            cols = torch.stack(
+                [_kept(m[i, :, pad + p : pad + j], k, model.gist.select_pool) + p for m in mass]
+            )
+            layers = []
+            for cache, at in zip(result.cache.layers, cols + pad, strict=True):  # at: (H_kv, s)
+                keys = torch.cat(
+                    [cache.keys[i, :, prefix], _gather(cache.keys[i], at)], dim=1
+                )  # (H_kv, p+s, h)
+                values = torch.cat([cache.values[i, :, prefix], _gather(cache.values[i], at)], dim=1)
+                layers.append(torch.stack([keys, values]))
+            per_k[k] = (torch.stack(layers).to(model.kv_dtype), cols)  # (L, 2, H_kv, p + s, h), (L, H_kv, s)
+        out.append(per_k)
     return out
 
 

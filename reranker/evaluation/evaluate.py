@@ -32,6 +32,7 @@ Only the reference (teacher) failing ends the evaluation: nothing could be compa
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,15 +42,16 @@ from tqdm.auto import tqdm
 
 from reranker.core.config import GistConfig
 from reranker.core.kv import GistKV
+from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
 from reranker.evaluation.baselines import (
     BM25_B,
     BM25_K1,
     bm25_scores,
-    compress_prefix,
     prefix_reader,
     untrained_gists,
 )
+from reranker.evaluation.fusion import fit_weight, interpolate
 from reranker.evaluation.ranking_metrics import (
     accuracy_at_1,
     bootstrap_ci,
@@ -57,7 +59,7 @@ from reranker.evaluation.ranking_metrics import (
     ndcg_at_k,
     recall_at_k_vs_reference,
 )
-from reranker.evaluation.run_files import write_runs
+from reranker.evaluation.run_files import load_cached, write_cache, write_runs
 from reranker.training.relevance_data import CollectionStats, RelevanceSet, collection_stats
 
 RECALL_KS = (1, 5, 10)
@@ -92,12 +94,25 @@ class SystemFacts:
 TEACHER = SystemFacts("teacher", None)
 
 
+def _nothing(_cand_ids: list[str]) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class System:
-    """A ranker under evaluation: how it scores a query's candidates, and its plot facts."""
+    """A ranker under evaluation: how it scores a query's candidates, and its plot facts.
+
+    `prepare` does a query's offline work before `score` is timed (compressing candidates not yet
+    compressed); `key` names what produces the scores (model fingerprints and settings), so that a
+    rerun reuses the scores cached under the same key (`--run-dir`); `stored` (item id → K/V
+    positions kept) and `kv_dims` (L, H_kv, h) give the stored bytes of a compressed system."""
 
     score: Scorer
     facts: SystemFacts
+    prepare: Callable[[list[str]], None] = _nothing
+    key: str | None = None
+    stored: dict[str, int] = field(default_factory=dict)
+    kv_dims: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -147,11 +162,16 @@ class EvalResult:
     records: list[QueryRecord]
     errors: dict[str, str] = field(default_factory=dict)  # failed system → its error
     bm25: dict[str, Any] | None = None  # k1, b and where IDF came from (None: an older results.json)
+    costs: dict[str, dict[str, float]] = field(default_factory=dict)  # system → `_costs`
+    interpolation: dict[str, dict[str, Any]] = field(default_factory=dict)  # "<system> + bm25" → its fit
+    truncation: dict[str, int] | None = None  # the teacher's item cap, items read, items it truncated
 
     def to_json(self) -> dict[str, Any]:
         optional = {"bm25": self.bm25} if self.bm25 is not None else {}
         if self.errors:
             optional["errors"] = self.errors
+        if self.truncation is not None:
+            optional["truncation"] = self.truncation
         return {
             "split": self.split,
             "teacher": self.teacher,
@@ -162,6 +182,8 @@ class EvalResult:
             "length_quartile_cuts_tokens": self.length_quartile_cuts_tokens,
             "summary": {name: asdict(s) for name, s in self.summary.items()},
             "records": [r.to_json() for r in self.records],
+            "costs": self.costs,
+            "interpolation": self.interpolation,
         } | optional
 
     @classmethod
@@ -179,6 +201,9 @@ class EvalResult:
             records=[QueryRecord.from_json(r) for r in data["records"]],
             errors=dict(data.get("errors", {})),
             bm25=data.get("bm25"),
+            costs=dict(data.get("costs", {})),
+            interpolation=dict(data.get("interpolation", {})),
+            truncation=data.get("truncation"),
         )
 
 
@@ -225,29 +250,75 @@ def _run_label(path: str | Path) -> str:
     return p.parent.name if p.name == "checkpoint" else p.name
 
 
-def _kv_scorer(
-    ids: list[str],
-    texts: list[str],
+class _SharedPass:
+    """Several budgets k of one select or prefix body compressed in one pass (`compress_budgets`): the
+    item forward, the expensive part, does not depend on k, so a k sweep pays for it once. Items are
+    compressed on first use, for every budget at once."""
+
+    def __init__(self, body: GistReranker, budgets: Sequence[int]) -> None:
+        self.body, self.budgets = body, sorted(set(budgets))
+        self.done: dict[int, dict[str, GistKV]] = {k: {} for k in self.budgets}
+
+    def reader(self, k: int) -> GistReranker:
+        """The body set up to read budget k (its fingerprint is the one `compress_budgets` stamps)."""
+        if k == self.body.gist.num_gist:
+            return self.body
+        return self.body.with_gist_config(self.body.gist.model_copy(update={"num_gist": k}))
+
+    def compress(self, k: int, texts: list[str]) -> list[GistKV]:
+        todo = [t for t in dict.fromkeys(texts) if t not in self.done[k]]
+        if todo:
+            for budget, kvs in self.body.compress_budgets(todo, self.budgets).items():
+                self.done[budget].update(zip(todo, kvs, strict=True))
+        return [self.done[k][t] for t in texts]
+
+
+def _kv_system(
+    texts_by_id: Mapping[str, str],
     reader: Callable[[], GistReranker],
-    compress: Callable[[GistReranker, list[str]], list[GistKV]] = lambda m, texts: m.compress(texts),
-) -> Scorer:
-    """Scores against stored K/V, the reader built and every item compressed on first use: a reader or
-    compressor that fails then fails its own system (recorded by `score_queries`), not the others."""
-    state: dict[str, Any] = {}
+    compress: Callable[[GistReranker, list[str]], list[GistKV]],
+    facts: SystemFacts,
+    key: str,
+) -> System:
+    """Scores against stored K/V: the reader built on first use and each candidate compressed the first
+    time a query needs it (offline work, in `prepare`); a reader or compressor that fails fails its own
+    system (recorded by `score_queries`), not the others."""
+    state: dict[str, Any] = {"kvs": {}}
+    stored: dict[str, int] = {}
+
+    def prepare(cand_ids: list[str]) -> None:
+        if "model" not in state:
+            state["model"] = reader()
+        todo = [i for i in dict.fromkeys(cand_ids) if i not in state["kvs"]]
+        if todo:
+            kvs = compress(state["model"], [texts_by_id[i] for i in todo])
+            state["kvs"].update(zip(todo, kvs, strict=True))
+            stored.update((i, kv.kv.shape[3]) for i, kv in zip(todo, kvs, strict=True))
 
     def score(query: str, cand_ids: list[str]) -> list[float]:
-        if not state:
-            model = reader()
-            state["kvs"] = dict(zip(ids, compress(model, texts), strict=True))
-            state["model"] = model
+        prepare(cand_ids)
         return state["model"].score(query, [state["kvs"][i] for i in cand_ids]).tolist()
 
-    return score
+    return System(score, facts, prepare, key, stored)
+
+
+def _own_compress(model: GistReranker, texts: list[str]) -> list[GistKV]:
+    return model.compress(texts)
+
+
+def _key(model: GistReranker, what: str = "") -> str:
+    """What produces a system's scores: the reading model's fingerprint (weights and every reading
+    setting) and compute dtype."""
+    return f"{what}{model.fingerprint} {str(model.dtype).removeprefix('torch.')}"
 
 
 def full_scorer(model: GistReranker, texts_by_id: Mapping[str, str]) -> Scorer:
     """A full-context model reading every candidate's text (the teacher, or another full model)."""
     return lambda query, cand_ids: model.score_full(query, [texts_by_id[i] for i in cand_ids]).tolist()
+
+
+def full_system(model: GistReranker, texts_by_id: Mapping[str, str], facts: SystemFacts) -> System:
+    return System(full_scorer(model, texts_by_id), facts, key=_key(model, "full context "))
 
 
 def baseline_systems(
@@ -260,8 +331,11 @@ def baseline_systems(
         "bm25": System(
             lambda query, cand_ids: bm25_scores(query, [texts_by_id[i] for i in cand_ids], collection=stats),
             SystemFacts("bm25", None),
+            key=f"bm25 k1={BM25_K1} b={BM25_B} N={stats.documents} avgdl={stats.avg_length!r}",
         ),
-        "no item": System(lambda _query, cand_ids: [0.0] * len(cand_ids), SystemFacts("no item", 0)),
+        "no item": System(
+            lambda _query, cand_ids: [0.0] * len(cand_ids), SystemFacts("no item", 0), key="constant 0"
+        ),
     }
 
 
@@ -271,9 +345,10 @@ def _gist_systems(
     prefix_ks: Sequence[int],
     label: str = "",
     base: GistReranker | None = None,
+    shared: _SharedPass | None = None,
 ) -> dict[str, System]:
-    """Systems of one student checkpoint: its own online path and its controls, each item's K/V
-    compressed once per system. A `label` (its run) suffixes every name and family.
+    """Systems of one student checkpoint: its own online path and its controls. A `label` (its run)
+    suffixes every name and family; `shared`: the one compression pass the student's k is part of.
 
     The controls are the untrained-gists baseline (the student's body and head, initial gists; gist
     students only) and
@@ -286,29 +361,40 @@ def _gist_systems(
     def name(family: str = student.gist.compressor, with_k: bool = True) -> str:
         return _layout_name(student.gist, family, with_k) + suffix
 
-    ids = list(texts_by_id)
-    texts = [texts_by_id[i] for i in ids]
     t, k = student.gist.keep_item_prefix, student.gist.num_gist
     main = name()
-    systems = {
-        main: System(
-            _kv_scorer(ids, texts, lambda: student, lambda m, texts: m.compress(texts, progress=True)),
-            SystemFacts(name(with_k=False), t + k),
-        )
-    }
+    dims = (student.num_layers, student.num_kv_heads, student.head_dim)
+    facts = SystemFacts(name(with_k=False), t + k)
+    if shared is None:
+        own = _kv_system(texts_by_id, lambda: student, _own_compress, facts, _key(student, "own "))
+    else:
+        reader = shared.reader(k)
+        compress = lambda _m, texts: shared.compress(k, texts)  # noqa: E731
+        own = _kv_system(texts_by_id, lambda: reader, compress, facts, _key(reader, "own "))
+    systems = {main: replace(own, kv_dims=dims)}
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
         if student.gist.compressor == "gist":  # selection and prefix have no gists to leave untrained
-            systems[name("untrained gists") + tag] = System(
-                _kv_scorer(ids, texts, lambda r=reader: untrained_gists(r)),
+            control = _kv_system(
+                texts_by_id,
+                lambda r=reader: untrained_gists(r),
+                _own_compress,
                 SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
+                _key(reader, "untrained gists of "),
             )
-        for budget in sorted({t + kk for kk in (*prefix_ks, k)}):
+            systems[name("untrained gists") + tag] = replace(control, kv_dims=dims)
+        budgets = sorted({t + kk for kk in (*prefix_ks, k)})
+        prefixes = _SharedPass(prefix_reader(reader, budgets[-1]), budgets)
+        for budget in budgets:
             # scored by this reader's body and head: two students' prefix controls of one budget differ
-            systems[f"prefix {budget} · {main}{tag}"] = System(
-                _kv_scorer(ids, texts, lambda r=reader, b=budget: prefix_reader(r, b), compress_prefix),
+            control = _kv_system(
+                texts_by_id,
+                lambda b=budget, pp=prefixes: pp.reader(b),
+                lambda _m, texts, b=budget, pp=prefixes: pp.compress(b, texts),
                 SystemFacts(f"prefix · {main}{tag}", budget, main),
+                _key(reader, f"prefix {budget} of "),
             )
+            systems[f"prefix {budget} · {main}{tag}"] = replace(control, kv_dims=dims)
     return systems
 
 
@@ -320,22 +406,34 @@ def student_systems(
     device: str | None = None,
 ) -> dict[str, System]:
     """Every student's systems (`_gist_systems`). Students of one gist layout are told apart by their
-    run folder; with `control_base` each base LM is loaded once (per dtype), however many students."""
+    run folder; with `control_base` each base LM is loaded once (per dtype), however many students.
+    Select or prefix students that differ only in k (same body and settings) share one body and one
+    compression pass (`_SharedPass`)."""
     students = [GistReranker.from_pretrained(path, device=device) for path in paths]
     layouts = [_layout_name(s.gist) for s in students]
     labels = [_run_label(p) if layouts.count(n) > 1 else "" for p, n in zip(paths, layouts, strict=True)]
     if len(set(zip(layouts, labels, strict=True))) < len(students):
         raise ValueError(f"students {list(map(str, paths))} repeat a layout and a run folder name")
+    groups: dict[str, list[GistReranker]] = {}
+    group_of: list[str | None] = []
+    for student in students:
+        group = None
+        if student.gist.compressor != "gist":
+            group = _key(student.with_gist_config(student.gist.model_copy(update={"num_gist": 1})))
+            groups.setdefault(group, []).append(student)
+        group_of.append(group)
+    passes = {g: _SharedPass(members[0], [m.gist.num_gist for m in members]) for g, members in groups.items()}
+    shared_of = [passes[g] if g else None for g in group_of]
     bases: dict[tuple[str, str], GistReranker] = {}
     systems: dict[str, System] = {}
-    for student, label in zip(students, labels, strict=True):
+    for student, label, shared in zip(students, labels, shared_of, strict=True):
         base = None
         if control_base:
             key = (student.base_ref, student.gist.dtype)
             if key not in bases:
                 bases[key] = GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
             base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
-        systems |= _gist_systems(student, texts_by_id, prefix_ks, label, base)
+        systems |= _gist_systems(student, texts_by_id, prefix_ks, label, base, shared)
     return systems
 
 
@@ -344,9 +442,8 @@ def full_context_systems(
 ) -> dict[str, System]:
     """Other full-context models (e.g. a cheaper shadow candidate), each reading every item in full."""
     return {
-        f"full context · {path}": System(
-            full_scorer(GistReranker.from_pretrained(path, device=device), texts_by_id),
-            SystemFacts("full context", None),
+        f"full context · {path}": full_system(
+            GistReranker.from_pretrained(path, device=device), texts_by_id, SystemFacts("full context", None)
         )
         for path in paths
     }
@@ -365,36 +462,54 @@ def best_item_tokens(model: GistReranker, test: RelevanceSet, texts_by_id: Mappi
 @dataclass(frozen=True)
 class Scored:
     """What `score_queries` gives: the metric records and raw scores (system → query id → one score per
-    candidate, in candidate order) of the systems that finished, and the error of each that did not."""
+    candidate, in candidate order) of the systems that finished, the error of each that did not, and
+    per system the online seconds and candidates it was timed over (none for scores from the cache)."""
 
     records: list[QueryRecord]
     scores: dict[str, dict[str, list[float]]]
     errors: dict[str, str]
+    timed: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 def score_queries(
-    test: RelevanceSet, reference: Scorer, systems: Mapping[str, System], quartiles: Sequence[int]
+    test: RelevanceSet,
+    reference: System,
+    systems: Mapping[str, System],
+    quartiles: Sequence[int],
+    cached: Mapping[str, Mapping[str, list[float]]] | None = None,
 ) -> Scored:
     """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher").
 
-    A system that raises (while compressing, scoring, or with non-finite scores) is not called again and
-    none of its records are kept — a system is compared on every query or not at all; its error is
-    reported and the other systems go on. The reference raising ends the evaluation."""
+    `cached` (system → query id → scores, e.g. from `load_cached`) is used instead of scoring where it
+    holds the query. A system's `prepare` (compression) runs before its `score` is timed. A system that
+    raises (while compressing, scoring, or with non-finite scores) is not called again and none of its
+    records are kept — a system is compared on every query or not at all; its error is reported and the
+    other systems go on. The reference raising ends the evaluation."""
+    cached = cached or {}
     records: list[QueryRecord] = []
-    scores: dict[str, dict[str, list[float]]] = {name: {} for name in ("teacher", *systems)}
+    everyone = {"teacher": reference, **systems}
+    scores: dict[str, dict[str, list[float]]] = {name: {} for name in everyone}
+    timed: dict[str, tuple[float, int]] = {}
     errors: dict[str, str] = {}
     for query, quartile in tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query"):
         cands = test.candidates(query.query_id)
         cand_ids, labels = [c[0] for c in cands], [c[1] for c in cands]
-        truth = reference(query.text, cand_ids)
-        for name, system in (("teacher", None), *systems.items()):
+        truth: list[float] = []
+        for name, system in everyone.items():
             if name in errors:
                 continue
             try:
-                values = truth if system is None else [float(v) for v in system.score(query.text, cand_ids)]
+                values = cached.get(name, {}).get(query.query_id)
+                if values is None:
+                    system.prepare(cand_ids)
+                    start = time.perf_counter()
+                    values = [float(v) for v in system.score(query.text, cand_ids)]
+                    seconds, n = timed.get(name, (0.0, 0))
+                    timed[name] = (seconds + time.perf_counter() - start, n + len(cand_ids))
+                truth = values if name == "teacher" else truth
                 metrics = query_metrics(values, truth, labels)
             except Exception as exc:  # one system's failure must not discard the others' results
-                if system is None:
+                if name == "teacher":
                     raise
                 errors[name] = f"{type(exc).__name__}: {exc}"
                 tqdm.write(f"system {name!r} failed on query {query.query_id!r}: {errors[name]}")
@@ -405,6 +520,7 @@ def score_queries(
         [r for r in records if r.system not in errors],
         {name: by_query for name, by_query in scores.items() if name not in errors},
         errors,
+        {name: t for name, t in timed.items() if name not in errors},
     )
 
 
@@ -444,28 +560,113 @@ def evaluate(
     systems = baseline_systems(texts_by_id, collection)
     systems |= student_systems(student_paths, texts_by_id, prefix_ks, control_base, device)
     systems |= full_context_systems(full_paths, texts_by_id, device)
+    reference = full_system(teacher, texts_by_id, TEACHER)
+    everyone = {"teacher": reference, **systems}
+    keys = {name: system.key for name, system in everyone.items()}
+    cached, saved_costs = load_cached(run_dir, test, keys) if run_dir is not None else ({}, {})
 
     lengths = best_item_tokens(teacher, test, texts_by_id)
     quartiles = length_quartiles(lengths)
-    scored = score_queries(test, full_scorer(teacher, texts_by_id), systems, quartiles)
+    scored = score_queries(test, reference, systems, quartiles, cached)
+    fused = bm25_interpolations(test, scored, everyone, quartiles)
+    finished = {name: s for name, s in everyone.items() if name not in scored.errors}
+    costs = _costs(finished, scored, saved_costs)
+    truncated = teacher.item_ids(list(texts_by_id.values()))[1]
+    records = scored.records + [r for f in fused.values() for r in f.records]
     result = EvalResult(
         split=split,
         teacher=str(teacher_path),
         students=[str(p) for p in student_paths],
         full_models=[str(p) for p in full_paths],
         queries=len(test.queries),
-        systems={"teacher": TEACHER}
-        | {name: system.facts for name, system in systems.items() if name not in scored.errors},
+        systems={name: system.facts for name, system in finished.items()}
+        | {name: f.facts for name, f in fused.items()},
         length_quartile_cuts_tokens=_cuts(lengths, quartiles),
-        summary=summarize(scored.records),
-        records=scored.records,
+        summary=summarize(records),
+        records=records,
         errors=scored.errors,
         bm25=bm25,
+        costs=costs,
+        interpolation={name: f.fit for name, f in fused.items()},
+        truncation={
+            "max_item_tokens": teacher.gist.max_item_tokens,
+            "items": len(truncated),
+            "truncated": sum(truncated),
+        },
     )
     write_outputs(result, out)
     if run_dir is not None:
-        write_runs(run_dir, test, scored.scores)
+        files = write_runs(run_dir, test, scored.scores | {name: f.scores for name, f in fused.items()})
+        write_cache(run_dir, files, {n: k for n, k in keys.items() if k}, costs)
     return result
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A system interpolated with BM25: its facts, records and scores (each query at its held-out
+    weight), and the fit: {"weight": to deploy, "held_out_range": [min, max] of the held-out weights}."""
+
+    facts: SystemFacts
+    records: list[QueryRecord]
+    scores: dict[str, list[float]]
+    fit: dict[str, Any]
+
+
+def bm25_interpolations(
+    test: RelevanceSet, scored: Scored, systems: Mapping[str, System], quartiles: Sequence[int]
+) -> dict[str, Fused]:
+    """The teacher, every other full-context model and every student's own online path interpolated
+    with BM25 (`fusion`), named `<system> + bm25`."""
+    if "bm25" not in scored.scores:
+        return {}
+    labels = {q.query_id: [label for _, label in test.candidates(q.query_id)] for q in test.queries}
+    quartile_of = dict(zip((q.query_id for q in test.queries), quartiles, strict=True))
+    hard = {q.query_id: q.hard for q in test.queries}
+    truth = scored.scores["teacher"]
+    bm25 = scored.scores["bm25"]
+    fused: dict[str, Fused] = {}
+    for name, by_query in scored.scores.items():
+        facts = systems[name].facts
+        if facts.control_of is not None or name in ("bm25", "no item"):
+            continue
+        fitted = fit_weight(by_query, bm25, labels)
+        fused_name = f"{name} + bm25"
+        values = {q: interpolate(by_query[q], bm25[q], fitted.held_out[q]) for q in by_query}
+        records = [
+            QueryRecord(fused_name, q, hard[q], quartile_of[q], query_metrics(values[q], truth[q], labels[q]))
+            for q in by_query
+        ]
+        family = "teacher + bm25" if name == "teacher" else f"{facts.family} + bm25"
+        held = sorted(fitted.held_out.values())
+        fit = {"weight": fitted.weight, "held_out_range": [held[0], held[-1]]}
+        fused[fused_name] = Fused(SystemFacts(family, facts.positions), records, values, fit)
+    return fused
+
+
+def _costs(
+    systems: Mapping[str, System], scored: Scored, saved: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Per system: online ms per candidate (timed `score` calls, the query's candidates in one batch)
+    and for a compressed system the K/V positions it stores per item and their bytes in bf16 and int8
+    (`kv_codec.payload_nbytes`, means over the items it compressed); from the cache where this run
+    measured nothing."""
+    out: dict[str, dict[str, float]] = {}
+    for name, system in systems.items():
+        costs = dict(saved.get(name, {}))
+        if name in scored.timed:
+            seconds, candidates = scored.timed[name]
+            costs["ms_per_candidate"] = 1000 * seconds / candidates
+        if system.stored and system.kv_dims:
+            layers, heads, dim = system.kv_dims
+            positions = list(system.stored.values())
+            costs["positions"] = sum(positions) / len(positions)
+            for dtype, key in (("bfloat16", "bytes_bf16"), ("int8", "bytes_int8")):
+                costs[key] = sum(payload_nbytes(layers, p, heads, dim, dtype) for p in positions) / len(
+                    positions
+                )
+        if costs:
+            out[name] = costs
+    return out
 
 
 # ------------------------------------------------------------------------------------------ results
@@ -500,6 +701,8 @@ def merge_results(results: Sequence[EvalResult]) -> EvalResult:
         records=merged,
         errors=errors,
         bm25=next((result.bm25 for result in results if result.bm25 is not None), None),
+        costs={n: c for result in results for n, c in result.costs.items() if n in systems},
+        interpolation={n: f for result in results for n, f in result.interpolation.items() if n in systems},
     )
 
 
@@ -509,6 +712,7 @@ def write_outputs(result: EvalResult, out: Path) -> None:
     (out / "results.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
     (out / "report.md").write_text(markdown_report(result))
     plot(result.summary, result.systems, out)
+    plot_vs_bytes(result, out)
 
 
 def summarize(records: Sequence[QueryRecord]) -> dict[str, SystemSummary]:
@@ -584,6 +788,62 @@ def _bm25_note(result: EvalResult) -> list[str]:
     ]
 
 
+def _interpolation_note(result: EvalResult) -> list[str]:
+    if not result.interpolation:
+        return []
+    weights = "; ".join(
+        f"{name}: α = {fit['weight']:.1f} (held out {lo:.1f}–{hi:.1f})"
+        for name, fit in result.interpolation.items()
+        for lo, hi in [fit["held_out_range"]]
+    )
+    return [
+        "",
+        "`<system> + bm25`: per query α · minmax(system) + (1 − α) · minmax(bm25), α ∈ {0, 0.1, …, 1} "
+        "fitted on nDCG@10; each query is scored with the α fitted on the other queries (leave-one-out), "
+        f"the α to deploy is fitted on all of them. {weights}.",
+    ]
+
+
+def _truncation_note(result: EvalResult) -> list[str]:
+    if not (t := result.truncation):
+        return []
+    share = t["truncated"] / t["items"] if t["items"] else 0.0
+    return [
+        "",
+        f"Items read up to {t['max_item_tokens']} tokens: {t['truncated']} of {t['items']} candidates "
+        f"({share:.0%}) were longer and cut there (every system reads the same cut).",
+    ]
+
+
+def _cost_table(result: EvalResult) -> list[str]:
+    """Stored positions and bytes per item, online ms per candidate (the query's candidates in one
+    batch on this machine)."""
+    rows = [(name, c) for name, c in result.costs.items() if name in result.summary]
+    if not rows:
+        return []
+
+    def cell(costs: Mapping[str, float], key: str, scale: float = 1.0, fmt: str = "{:.1f}") -> str:
+        return fmt.format(costs[key] / scale) if key in costs else "–"
+
+    lines = [
+        "",
+        "Cost per item and per candidate (K/V positions and payload bytes: means over the items stored; "
+        "ms: online scoring, one query's candidates per batch, this machine):",
+        "",
+        "| system | stored positions | KiB/item bf16 | KiB/item int8 | ms/candidate |",
+        "|---|---|---|---|---|",
+    ]
+    for name, costs in rows:
+        cells = [
+            cell(costs, "positions"),
+            cell(costs, "bytes_bf16", 1024),
+            cell(costs, "bytes_int8", 1024),
+            cell(costs, "ms_per_candidate", fmt="{:.2f}"),
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown_report(result: EvalResult) -> str:
     summary = result.summary
     hard_cols = ["hard-query recall@5", "hard-query " + _header("ndcg@10")]
@@ -606,7 +866,8 @@ def markdown_report(result: EvalResult) -> str:
             + " | ".join(tail)
             + " |"
         )
-    lines += _bm25_note(result)
+    lines += _bm25_note(result) + _interpolation_note(result) + _truncation_note(result)
+    lines += _cost_table(result)
     lines += ["", "Mean with 95% bootstrap interval over queries:", ""]
     lines += ["| system | " + " | ".join(map(_header, INTERVAL_METRICS)) + " |", "|---|---|---|"]
     for system, s in summary.items():
@@ -696,3 +957,53 @@ def plot(summary: Mapping[str, SystemSummary], systems: Mapping[str, SystemFacts
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def plot_vs_bytes(result: EvalResult, out: Path) -> Path | None:
+    """quality_vs_bytes.png: nDCG@10 and recall@10 against the K/V bytes each compressed system stores
+    per item in int8 (log scale), one line per family; full-context models and BM25 as levels. None
+    when no system stored K/V."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sized = {
+        name: costs["bytes_int8"] / 1024
+        for name, costs in result.costs.items()
+        if "bytes_int8" in costs and name in result.summary
+    }
+    if not sized:
+        return None
+    families = sorted({result.systems[name].family for name in sized})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), squeeze=False)
+    for ax, metric in zip(axes[0], ("ndcg@10", "recall@10"), strict=True):
+        for index, family in enumerate(families):
+            points = sorted(
+                (kib, result.summary[name].all[metric])
+                for name, kib in sized.items()
+                if result.systems[name].family == family
+            )
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", color=colors[index % len(colors)], label=family)
+        for name, facts in result.systems.items():
+            if (
+                facts.positions is None
+                and name in result.summary
+                and (metric != "recall@10" or name != "teacher")
+            ):
+                style = _LEVELS.get(name, {"color": "black", "ls": "-."})
+                ax.axhline(result.summary[name].all[metric], **style, lw=1, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("stored K/V per item, KiB (int8)")
+        ax.set_ylabel(_header(metric))
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle(f"Quality vs stored bytes ({result.queries} queries of split {result.split})")
+    path = out / "quality_vs_bytes.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

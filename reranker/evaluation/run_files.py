@@ -7,6 +7,10 @@
                     included; in a `bm25:N` set an unjudged candidate is 0)
     DIR/runs.json   system name → run file (tags are the names with anything but [A-Za-z0-9._=+-]
                     replaced by `_`)
+    DIR/cache.json  system name → {run, key, costs}: what produced the run (model fingerprints and
+                    settings) and its measured costs, so that a rerun into the same DIR reuses every
+                    query a system's run holds under an unchanged key (`load_cached`) and scores only
+                    the rest — an evaluation sized to a CPU grows topic by topic
 
 Rank follows the project's ranking rule (score descending, ties by candidate index). trec_eval and the
 tools built on it re-sort by the score column and break ties by docno (descending) instead, so a
@@ -26,6 +30,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from reranker.evaluation.ranking_metrics import ranking
 from reranker.training.relevance_data import RelevanceSet
@@ -79,3 +84,59 @@ def write_runs(
     index = {system: path.name for system, path in files.items()}
     (run_dir / "runs.json").write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n")
     return files
+
+
+def read_run(path: Path) -> dict[str, dict[str, float]]:
+    """A run file → query id → docno → score (the score column read back exactly as written)."""
+    out: dict[str, dict[str, float]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            qid, _q0, docno, _rank, score, _tag = line.split()
+            out.setdefault(qid, {})[docno] = float(score)
+    return out
+
+
+def write_cache(
+    run_dir: Path,
+    files: Mapping[str, Path],
+    keys: Mapping[str, str],
+    costs: Mapping[str, Mapping[str, float]],
+) -> None:
+    """cache.json for the runs in `files` that have a key (derived systems, re-fitted each run, have none)."""
+    index = {
+        system: {"run": path.name, "key": keys[system], "costs": dict(costs.get(system, {}))}
+        for system, path in files.items()
+        if keys.get(system)
+    }
+    (run_dir / "cache.json").write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n")
+
+
+def load_cached(
+    run_dir: Path, relevance: RelevanceSet, keys: Mapping[str, str | None]
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, Any]]]:
+    """Scores a previous evaluation left in `run_dir` for the systems whose key is unchanged → (system →
+    query id → scores in `relevance`'s candidate order, for every query whose candidates the run holds
+    all of; system → its saved costs). A missing or unreadable cache is no cache."""
+    try:
+        index = json.loads((run_dir / "cache.json").read_text())
+    except (OSError, ValueError):
+        return {}, {}
+    scores: dict[str, dict[str, list[float]]] = {}
+    costs: dict[str, dict[str, Any]] = {}
+    for system, key in keys.items():
+        entry = index.get(system)
+        if not key or not isinstance(entry, dict) or entry.get("key") != key:
+            continue
+        try:
+            run = read_run(run_dir / entry["run"])
+        except (OSError, ValueError, KeyError):
+            continue
+        by_query = {}
+        for query in relevance.queries:
+            held = run.get(query.query_id, {})
+            docnos = [item for item, _ in relevance.candidates(query.query_id)]
+            if all(d in held for d in docnos):
+                by_query[query.query_id] = [held[d] for d in docnos]
+        scores[system] = by_query
+        costs[system] = dict(entry.get("costs", {}))
+    return scores, costs
