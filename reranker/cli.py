@@ -380,6 +380,69 @@ def probe(
         raise typer.BadParameter(str(exc)) from exc
 
 
+@app.command()
+def plan(
+    items: Annotated[int, typer.Option(help="catalog size")],
+    qps: Annotated[float, typer.Option(help="queries per second")],
+    candidates: Annotated[int, typer.Option(help="candidates reranked per query")],
+    model: Annotated[
+        str, typer.Option(help="model reference (alias, folder, REF?settings)")
+    ] = DEFAULT_CHECKPOINT,
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="blob storage dtype: float32 | bfloat16 | float16 | int8 (default the model's)"),
+    ] = None,
+    hit_ratio: Annotated[float, typer.Option(help="share of lookups served from the store")] = 1.0,
+    shard_gib: Annotated[float, typer.Option(help="memory per Redis Cluster master, GiB")] = 64.0,
+    shard_fill: Annotated[float, typer.Option(help="share of that memory given to K/V")] = 0.75,
+    query_tokens: Annotated[int, typer.Option(help="ℓ online tokens per candidate")] = 32,
+    item_tokens: Annotated[
+        int | None, typer.Option(help="mean item tokens (default the model's cap)")
+    ] = None,
+    consumer_items_per_s: Annotated[
+        float | None, typer.Option(help="one consumer's items/s (default: measured here on made-up items)")
+    ] = None,
+    consumers: Annotated[int, typer.Option(help="consumer processes for the backfill")] = 1,
+    window_hours: Annotated[float, typer.Option(help="backfill window to size consumers for")] = 24.0,
+) -> None:
+    """Capacity: K/V bytes per item (the codec's real blob), store size and Redis shards, fetch
+    bytes/s, online FLOPs/s, backfill hours and consumers — from the model's own config."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from reranker.core.model import GistReranker
+    from reranker.serving.capacity import measure_items_per_s
+    from reranker.serving.capacity import plan as make_plan
+
+    reader = GistReranker.from_pretrained(model)
+    if consumer_items_per_s is None:
+        consumer_items_per_s = measure_items_per_s(reader, item_tokens or reader.gist.max_item_tokens)
+    result = make_plan(
+        reader,
+        items,
+        qps,
+        candidates,
+        hit_ratio,
+        dtype,
+        shard_gib,
+        shard_fill,
+        query_tokens,
+        item_tokens,
+        consumer_items_per_s,
+        consumers,
+        window_hours,
+    )
+    g = reader.gist
+    table = Table(
+        title=f"{model}: {g.compressor}, t={g.keep_item_prefix}, k={g.num_gist}, {dtype or g.dtype}"
+    )
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for name, value in result.rows():
+        table.add_row(name, value)
+    Console().print(table)
+
+
 @app.command(name="eval")
 def evaluate(
     teacher: Annotated[Path, typer.Option(help="teacher checkpoint (the reference ranking)")],

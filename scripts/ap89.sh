@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Real long documents: AP newswire 1989 with TREC topics 51-100 (dev), items read up to 1024 tokens.
 # Full-context references (the untouched base read zero-shot by query likelihood, the shipped LoRA
-# teacher), BM25 over the whole collection, and training-free K/V selection at fixed budgets, with
-# prefix caching at the same budgets. Needs the AP89 build (shared/data/trec-ap89/README.md) in
-# data/trec-ap89; its text is never committed. CPU sized: the first MAX_QUERIES dev topics of the
-# BM25 top-20 lists; every system's run file is kept in runs/ap89/*/runs.
+# teacher, and with runs/ap89/teacher-ql-lora a LoRA teacher trained on topics 1-50), BM25 over the
+# whole collection, each interpolated with BM25, and training-free K/V selection and prefix caching at
+# k in {8, 16, 32, 64, 128} (one compression pass serves every k). Needs the AP89 build
+# (shared/data/trec-ap89/README.md) in data/trec-ap89; its text is never committed. CPU sized: the
+# first MAX_QUERIES dev topics of the BM25 top-20 lists. Every system's scores are cached in the run
+# folder, so a rerun with more topics or another system scores only what is new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
@@ -13,7 +15,11 @@ MAX_QUERIES=${MAX_QUERIES:-12}
 OUT=runs/ap89
 # the base LM, no training: score = log p(query | article) under its own head
 BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
-TEACHER="gistrank-teacher-lora?max_item_tokens=1024"
+FULL=(--full-model "gistrank-teacher-lora?max_item_tokens=1024")
+# the LoRA teacher trained on the AP89 training topics (configs/ap89_teacher_lora.json, README), when
+# its run has finished; AP89_TEACHER= leaves it out
+AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
+[ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--full-model "$AP89_TEACHER?max_item_tokens=1024")
 
 for candidates in judged bm25:20; do
   set_dir="data/ap89-${candidates%%:*}"
@@ -21,7 +27,7 @@ for candidates in judged bm25:20; do
     --qrels "$SRC/qrels.txt" --query-field title --candidates "$candidates" --out "$set_dir"
 done
 
+STUDENTS=()
+for k in 8 16 32 64 128; do STUDENTS+=(--student "$BASE_QL&compressor=select&num_gist=$k" --prefix-k "$k"); done
 "$GISTRANK" eval --data data/ap89-bm25 --split dev --max-queries "$MAX_QUERIES" \
-  --teacher "$BASE_QL" --full-model "$TEACHER" \
-  --student "$BASE_QL&compressor=select&num_gist=16" --student "$BASE_QL&compressor=select&num_gist=64" \
-  --prefix-k 16 --prefix-k 64 --out "$OUT/bm25-dev" --run-dir "$OUT/bm25-dev/runs"
+  --teacher "$BASE_QL" "${FULL[@]}" "${STUDENTS[@]}" --out "$OUT/bm25-dev" --run-dir "$OUT/bm25-dev/runs"

@@ -1,0 +1,88 @@
+"""`gistrank plan`: storage from the model's config and the codec's real blob (DESIGN §4), and the
+derived serving and backfill figures."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers import ITEMS
+from typer.testing import CliRunner
+
+from reranker.cli import app
+from reranker.core.config import GistConfig
+from reranker.core.kv_codec import encode
+from reranker.core.model import GistReranker
+from reranker.serving.capacity import GIB, ModelShape, blob_bytes, plan
+
+
+@pytest.mark.parametrize(
+    ("layers", "kv_heads", "head_dim", "kib_per_position"),
+    [(24, 2, 64, 12), (32, 5, 64, 40), (28, 8, 128, 112)],  # DESIGN §4's reference configs, fp16
+)
+def test_design_storage_figures(layers: int, kv_heads: int, head_dim: int, kib_per_position: int) -> None:
+    shape = ModelShape(layers, kv_heads, head_dim)
+    assert shape.bytes_per_position(2) == kib_per_position * 1024
+    assert shape.bytes_per_position(2) * 8 == kib_per_position * 8 * 1024  # per item at k = 8
+    if kib_per_position == 12:
+        assert shape.bytes_per_position(2) * 8 == 96 * 1024  # "96 KiB per item at k = 8"
+
+
+@pytest.mark.parametrize("storage", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("t", [0, 3])
+def test_blob_bytes_is_the_codec_blob_of_a_real_item(tiny_base: Path, storage: str, t: int) -> None:
+    model = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32"), device="cpu"
+    )
+    [kv] = model.compress(ITEMS[:1])  # longer than t: p + k positions
+    # the planner's item is as long as the cap: its length is metadata, a few digits of the header
+    as_planned = replace(kv, item_tokens=model.gist.max_item_tokens)
+    assert blob_bytes(model, storage) == len(encode(as_planned, "c" * 64, storage))
+    assert abs(blob_bytes(model, storage) - len(encode(kv, "c" * 64, storage))) <= 16
+
+
+def test_plan_figures(tiny_model: GistReranker) -> None:
+    blob = blob_bytes(tiny_model, "float32")
+    p = plan(
+        tiny_model,
+        items=10_000_000,
+        qps=1000,
+        candidates=50,
+        hit_ratio=0.9,
+        shard_gib=1.0,
+        shard_fill=0.5,
+        consumer_items_per_s=200.0,
+        consumers=2,
+        window_hours=10,
+    )
+    assert p.blob_bytes == blob and p.store_bytes == 10_000_000 * blob
+    assert p.shards == math.ceil(10_000_000 * blob / (0.5 * GIB))
+    assert p.fetch_bytes_per_s == pytest.approx(1000 * 50 * 0.9 * blob)
+    assert p.backfill_hours == pytest.approx(10_000_000 / 400 / 3600)
+    assert p.consumers_for_window == math.ceil(10_000_000 / (200 * 10 * 3600))
+    more = plan(tiny_model, items=10_000_000, qps=2000, candidates=50, hit_ratio=0.5)
+    assert more.online_flops_per_s == pytest.approx(2 * p.online_flops_per_s)  # linear in qps
+    assert more.recompute_flops_per_s > p.recompute_flops_per_s > 0
+    assert plan(tiny_model, 1, 1, 1, hit_ratio=1.0).recompute_flops_per_s == 0
+    with pytest.raises(ValueError, match="hit ratio"):
+        plan(tiny_model, 1, 1, 1, hit_ratio=1.5)
+
+
+def test_flops_count_the_weights_and_the_visible_positions() -> None:
+    shape = ModelShape(layers=2, kv_heads=1, head_dim=4, hidden=8, q_heads=2, intermediate=16, vocab=10)
+    weights = 8 * (2 * 8 + 2 * 4) + 3 * 8 * 16  # q + o (8×8 each), k + v (8×4 each), gated MLP
+    assert shape.flops_per_token(0) == 2 * (2 * weights)
+    assert shape.flops_per_token(5) - shape.flops_per_token(0) == 2 * 4 * 5 * 8
+
+
+def test_plan_command(tiny_base: Path, tmp_path: Path) -> None:
+    model = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"))
+    path = model.save_pretrained(tmp_path / "m")
+    args = ["plan", "--items", "1000000", "--qps", "100", "--candidates", "50", "--model", str(path)]
+    result = CliRunner().invoke(app, [*args, "--dtype", "int8"])
+    assert result.exit_code == 0, result.output
+    kib = blob_bytes(model, "int8") / 1024
+    assert f"{kib:.1f} KiB" in result.output
+    assert "items/s" in result.output and "consumers for a 24 h backfill" in result.output  # measured
