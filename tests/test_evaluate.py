@@ -413,3 +413,39 @@ def test_a_rerun_scores_only_what_the_cache_lacks(
     monkeypatch.setattr(GistReranker, "score_full", counted)
     evaluate(data, other_path, [], tmp_path / "d", device="cpu", run_dir=runs)
     assert len(called) == 2  # another teacher: both queries scored again
+
+
+def test_select_students_share_one_pass_and_identical_controls_score_once(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Select students that differ only in k: one selection forward per item for both (not one per k),
+    the same scores as evaluating each alone; their prefix control at a shared budget is one set of
+    scores under two names."""
+    data = tiny_relevance_set()
+    base = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    )
+    path = base.save_pretrained(tmp_path / "base")
+    specs = [f"{path}?compressor=select&num_gist={k}" for k in (2, 3)]
+    passes: list[int] = []
+    original = GistReranker.compress_budgets
+
+    def counted(self: GistReranker, items: list, budgets: list, *args: object, **kwargs: object) -> dict:
+        if self.gist.compressor == "select":
+            passes.append(len(items))
+        return original(self, items, budgets, *args, **kwargs)
+
+    monkeypatch.setattr(GistReranker, "compress_budgets", counted)
+    both = evaluate(data, path, specs, tmp_path / "both", device="cpu", prefix_ks=(3,))
+    test_items = {i for q in data.split("test").queries for i, _ in data.candidates(q.query_id)}
+    assert sum(passes) == len(test_items)  # each item through the selection forward once
+    monkeypatch.undo()
+    for spec, k in zip(specs, (2, 3), strict=True):
+        alone = evaluate(data, path, [spec], tmp_path / f"alone{k}", device="cpu", prefix_ks=(3,))
+        mine = [r for r in both.records if r.system == f"select k={k}"]
+        assert mine and mine == [r for r in alone.records if r.system == f"select k={k}"]
+    shared = [r.metrics for r in both.records if r.system == "prefix 3 · select k=2"]
+    assert shared == [r.metrics for r in both.records if r.system == "prefix 3 · select k=3"]
+    assert (
+        both.costs["prefix 3 · select k=3"]["positions"] == both.costs["prefix 3 · select k=2"]["positions"]
+    )

@@ -469,6 +469,7 @@ class Scored:
     scores: dict[str, dict[str, list[float]]]
     errors: dict[str, str]
     timed: dict[str, tuple[float, int]] = field(default_factory=dict)
+    same_as: dict[str, str] = field(default_factory=dict)  # system → the earlier one of the same key
 
 
 def score_queries(
@@ -481,7 +482,9 @@ def score_queries(
     """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher").
 
     `cached` (system → query id → scores, e.g. from `load_cached`) is used instead of scoring where it
-    holds the query. A system's `prepare` (compression) runs before its `score` is timed. A system that
+    holds the query; a system with the key of an earlier one (e.g. the same prefix control of two
+    students on one body) takes its scores. A system's `prepare` (compression) runs before its
+    `score` is timed. A system that
     raises (while compressing, scoring, or with non-finite scores) is not called again and none of its
     records are kept — a system is compared on every query or not at all; its error is reported and the
     other systems go on. The reference raising ends the evaluation."""
@@ -491,6 +494,12 @@ def score_queries(
     scores: dict[str, dict[str, list[float]]] = {name: {} for name in everyone}
     timed: dict[str, tuple[float, int]] = {}
     errors: dict[str, str] = {}
+    first_of: dict[str, str] = {}
+    same_as = {
+        name: first_of.setdefault(s.key, name)
+        for name, s in everyone.items()
+        if s.key is not None and first_of.setdefault(s.key, name) != name
+    }
     for query, quartile in tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query"):
         cands = test.candidates(query.query_id)
         cand_ids, labels = [c[0] for c in cands], [c[1] for c in cands]
@@ -500,6 +509,8 @@ def score_queries(
                 continue
             try:
                 values = cached.get(name, {}).get(query.query_id)
+                if values is None and name in same_as:
+                    values = scores[same_as[name]].get(query.query_id)
                 if values is None:
                     system.prepare(cand_ids)
                     start = time.perf_counter()
@@ -521,6 +532,7 @@ def score_queries(
         {name: by_query for name, by_query in scores.items() if name not in errors},
         errors,
         {name: t for name, t in timed.items() if name not in errors},
+        {name: first for name, first in same_as.items() if name not in errors},
     )
 
 
@@ -651,10 +663,13 @@ def _costs(
     (`kv_codec.payload_nbytes`, means over the items it compressed); from the cache where this run
     measured nothing."""
     out: dict[str, dict[str, float]] = {}
-    for name, system in systems.items():
+    for name in systems:
         costs = dict(saved.get(name, {}))
-        if name in scored.timed:
-            seconds, candidates = scored.timed[name]
+        measured = scored.same_as.get(name, name)  # a system that took another's scores costs as much
+        measured = measured if measured in systems else name
+        system = systems[measured]
+        if measured in scored.timed:
+            seconds, candidates = scored.timed[measured]
             costs["ms_per_candidate"] = 1000 * seconds / candidates
         if system.stored and system.kv_dims:
             layers, heads, dim = system.kv_dims
