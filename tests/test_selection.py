@@ -163,6 +163,15 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
     assert longer.fingerprint != trained.fingerprint
     with pytest.raises(ValueError, match="trained with k=4"):
         GistReranker.from_pretrained(model_spec(ckpt, num_gist=8), device="cpu")
+    with pytest.raises(ValueError, match="another k or t"):
+        GistReranker.from_pretrained(model_spec(ckpt, keep_item_prefix=3), device="cpu")
+    hybrid = GistReranker.from_pretrained(
+        model_spec(ckpt, compressor="select", keep_item_prefix=3), device="cpu"
+    )
+    assert (hybrid.gist.keep_item_prefix, hybrid.gist.num_gist) == (3, 4)  # t raw tokens + k selected
+    assert [kv.prefix_tokens for kv in hybrid.compress(ITEMS)] == [
+        min(3, len(i)) for i in hybrid.item_ids(ITEMS)[0]
+    ]
     with pytest.raises(ValueError, match="unknown settings"):
         GistReranker.from_pretrained(f"{ckpt}?dtype=float16", device="cpu")
     shadow = default_shadow(model_spec("gistrank-hybrid-t32-k8", max_item_tokens=1024))

@@ -129,8 +129,9 @@ class GistWeights(nn.Module):
         )
         if not same_layout and config.compressor == "gist":
             raise ValueError(
-                f"{source}: its gists were trained with k={self.gist.num_gist}; read it with another k only "
-                "through compressor=select or prefix"
+                f"{source}: its gists were trained with k={self.gist.num_gist}, "
+                f"t={self.gist.keep_item_prefix}; read it with another k or t only through compressor=select "
+                "or prefix"
             )
         return self.with_gist_config(config, keep_gists=same_layout)  # type: ignore[attr-defined]
 

@@ -27,6 +27,7 @@ SHIPPED = {
 SPEC_SETTINGS = (
     "compressor",
     "num_gist",
+    "keep_item_prefix",
     "max_item_tokens",
     "select_window",
     "select_pool",
