@@ -367,10 +367,9 @@ def _gist_systems(
     facts = SystemFacts(name(with_k=False), t + k)
     if shared is None:
         own = _kv_system(texts_by_id, lambda: student, _own_compress, facts, _key(student, "own "))
-    else:
-        reader = shared.reader(k)
+    else:  # `student` is the pass's reader of k
         compress = lambda _m, texts: shared.compress(k, texts)  # noqa: E731
-        own = _kv_system(texts_by_id, lambda: reader, compress, facts, _key(reader, "own "))
+        own = _kv_system(texts_by_id, lambda: student, compress, facts, _key(student, "own "))
     systems = {main: replace(own, kv_dims=dims)}
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
@@ -424,6 +423,11 @@ def student_systems(
         group_of.append(group)
     passes = {g: _SharedPass(members[0], [m.gist.num_gist for m in members]) for g, members in groups.items()}
     shared_of = [passes[g] if g else None for g in group_of]
+    # a grouped student is read through its pass's body: the other copies of that body can go
+    students = [
+        s if p is None else p.reader(s.gist.num_gist) for s, p in zip(students, shared_of, strict=True)
+    ]
+    del groups
     bases: dict[tuple[str, str], GistReranker] = {}
     systems: dict[str, System] = {}
     for student, label, shared in zip(students, labels, shared_of, strict=True):
