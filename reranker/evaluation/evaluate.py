@@ -385,13 +385,15 @@ def _gist_systems(
         budgets = sorted({t + kk for kk in (*prefix_ks, k)})
         prefixes = _SharedPass(prefix_reader(reader, budgets[-1]), budgets)
         for budget in budgets:
-            # scored by this reader's body and head: two students' prefix controls of one budget differ
+            # scored by this reader's body and head: two students' prefix controls of one budget differ,
+            # unless they read through one body and head (select students of one base): then they have
+            # one key, and only the first is compressed and scored (`score_queries`)
             control = _kv_system(
                 texts_by_id,
                 lambda b=budget, pp=prefixes: pp.reader(b),
                 lambda _m, texts, b=budget, pp=prefixes: pp.compress(b, texts),
                 SystemFacts(f"prefix · {main}{tag}", budget, main),
-                _key(reader, f"prefix {budget} of "),
+                _key(prefixes.reader(budget), "prefix "),
             )
             systems[f"prefix {budget} · {main}{tag}"] = replace(control, kv_dims=dims)
     return systems
