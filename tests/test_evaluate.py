@@ -450,3 +450,36 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
     assert (
         both.costs["prefix 3 · select k=3"]["positions"] == both.costs["prefix 3 · select k=2"]["positions"]
     )
+
+
+def test_a_stopped_evaluation_keeps_its_finished_queries(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scores reach the run folder query by query: an evaluation that dies on its second query (here
+    the reference fails) leaves the first query cached for every system, and the rerun scores only the
+    second."""
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    runs = tmp_path / "runs"
+    _first, second = (q.text for q in data.split("test").queries)
+    original = GistReranker.score_full
+
+    def dies_on_the_second(self: GistReranker, query: str, items: list) -> torch.Tensor:
+        if query == second:
+            raise RuntimeError("killed")
+        return original(self, query, items)
+
+    monkeypatch.setattr(GistReranker, "score_full", dies_on_the_second)
+    with pytest.raises(RuntimeError, match="killed"):
+        evaluate(data, model, [model], tmp_path / "a", device="cpu", prefix_ks=(1,), run_dir=runs)
+    monkeypatch.undo()
+    called: list[str] = []
+
+    def counted(self: GistReranker, query: str, items: list) -> torch.Tensor:
+        called.append(query)
+        return original(self, query, items)
+
+    monkeypatch.setattr(GistReranker, "score_full", counted)
+    evaluate(data, model, [model], tmp_path / "b", device="cpu", prefix_ks=(1,), run_dir=runs)
+    assert called == [second]

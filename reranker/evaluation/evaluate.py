@@ -484,13 +484,15 @@ def score_queries(
     systems: Mapping[str, System],
     quartiles: Sequence[int],
     cached: Mapping[str, Mapping[str, list[float]]] | None = None,
+    after_query: Callable[[dict[str, dict[str, list[float]]]], None] | None = None,
 ) -> Scored:
     """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher").
 
     `cached` (system → query id → scores, e.g. from `load_cached`) is used instead of scoring where it
     holds the query; a system with the key of an earlier one (e.g. the same prefix control of two
     students on one body) takes its scores. A system's `prepare` (compression) runs before its
-    `score` is timed. A system that
+    `score` is timed; `after_query` gets the scores so far after every query (to keep them on disk).
+    A system that
     raises (while compressing, scoring, or with non-finite scores) is not called again and none of its
     records are kept — a system is compared on every query or not at all; its error is reported and the
     other systems go on. The reference raising ends the evaluation."""
@@ -533,6 +535,8 @@ def score_queries(
                 continue
             scores[name][query.query_id] = values
             records.append(QueryRecord(name, query.query_id, query.hard, quartile, metrics))
+        if after_query is not None:
+            after_query({name: by_query for name, by_query in scores.items() if name not in errors})
     return Scored(
         [r for r in records if r.system not in errors],
         {name: by_query for name, by_query in scores.items() if name not in errors},
@@ -585,7 +589,15 @@ def evaluate(
 
     lengths = best_item_tokens(teacher, test, texts_by_id)
     quartiles = length_quartiles(lengths)
-    scored = score_queries(test, reference, systems, quartiles, cached)
+
+    def keep(scores: dict[str, dict[str, list[float]]]) -> None:
+        """Every finished query on disk at once: a run that is stopped loses one query's work at most."""
+        if run_dir is not None:
+            write_cache(
+                run_dir, write_runs(run_dir, test, scores), {n: k for n, k in keys.items() if k}, saved_costs
+            )
+
+    scored = score_queries(test, reference, systems, quartiles, cached, keep)
     fused = bm25_interpolations(test, scored, everyone, quartiles)
     finished = {name: s for name, s in everyone.items() if name not in scored.errors}
     costs = _costs(finished, scored, saved_costs)
