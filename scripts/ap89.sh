@@ -15,7 +15,10 @@ MAX_QUERIES=${MAX_QUERIES:-12}
 OUT=runs/ap89
 # the base LM, no training: score = log p(query | article) under its own head
 BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
-FULL=(--full-model "gistrank-teacher-lora?max_item_tokens=1024")
+# the shipped LoRA teacher (trained on the synthetic catalog); SHIPPED_TEACHER= leaves it out
+SHIPPED_TEACHER=${SHIPPED_TEACHER-gistrank-teacher-lora}
+FULL=()
+[ -n "$SHIPPED_TEACHER" ] && FULL+=(--full-model "$SHIPPED_TEACHER?max_item_tokens=1024")
 # the LoRA teacher trained on the AP89 training topics (configs/ap89_teacher_lora.json, README), when
 # its run has finished; AP89_TEACHER= leaves it out
 AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
