@@ -13,21 +13,23 @@ from typer.testing import CliRunner
 
 from reranker.cli import app
 from reranker.core.config import GistConfig
-from reranker.core.kv_codec import encode
+from reranker.core.kv_codec import encode, kv_nbytes_formula, payload_nbytes
 from reranker.core.model import GistReranker
 from reranker.serving.capacity import GIB, ModelShape, blob_bytes, plan
 
 
 @pytest.mark.parametrize(
-    ("layers", "kv_heads", "head_dim", "kib_per_position"),
-    [(24, 2, 64, 12), (32, 5, 64, 40), (28, 8, 128, 112)],  # DESIGN §4's reference configs, fp16
+    ("layers", "kv_heads", "head_dim", "kib_per_position", "kib_per_item"),
+    [(24, 2, 64, 12, 96), (32, 5, 64, 40, 320), (28, 8, 128, 112, 896)],  # DESIGN §4's table, fp16, k = 8
 )
-def test_design_storage_figures(layers: int, kv_heads: int, head_dim: int, kib_per_position: int) -> None:
+def test_design_storage_figures(
+    layers: int, kv_heads: int, head_dim: int, kib_per_position: int, kib_per_item: int
+) -> None:
     shape = ModelShape(layers, kv_heads, head_dim)
     assert shape.bytes_per_position(2) == kib_per_position * 1024
-    assert shape.bytes_per_position(2) * 8 == kib_per_position * 8 * 1024  # per item at k = 8
-    if kib_per_position == 12:
-        assert shape.bytes_per_position(2) * 8 == 96 * 1024  # "96 KiB per item at k = 8"
+    # the planner's per-position figure and the codec's per-item formula agree on the table's items
+    assert kv_nbytes_formula(layers, 8, kv_heads, head_dim, 2) == kib_per_item * 1024
+    assert payload_nbytes(layers, 8, kv_heads, head_dim, "float16") == 8 * shape.bytes_per_position(2)
 
 
 @pytest.mark.parametrize("storage", ["float32", "bfloat16", "int8"])
