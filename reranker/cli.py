@@ -187,7 +187,11 @@ def data_import_trec(
     ],
     query_field: Annotated[str, typer.Option(help="title (keywords) | desc (a sentence)")] = "title",
     candidates: Annotated[
-        str, typer.Option(help="judged (the judged docs) | bm25:N (top N of BM25 over the collection)")
+        str,
+        typer.Option(
+            help="judged (the judged docs) | judged:N (N of them per topic, seeded, relevant share kept)"
+            " | bm25:N (top N of BM25 over the collection)"
+        ),
     ] = "judged",
     splits: Annotated[
         str, typer.Option(help="inclusive topic-number ranges per split; a topic outside them is an error")
@@ -198,7 +202,8 @@ def data_import_trec(
 ) -> None:
     """A relevance set from a TREC collection: documents, topics, qrels (labels on any 0–n scale).
 
-    Candidates are each topic's judged documents, or with bm25:N its top N of a BM25 ranking of the
+    Candidates are each topic's judged documents (judged:N: N of them drawn per topic, seeded, with
+    the pool's share of relevant ones), or with bm25:N its top N of a BM25 ranking of the
     whole collection (bm25s, k1 0.9, b 0.4, Porter stems; unjudged = 0). Candidates are stored
     shuffled (seeded), and the collection's term statistics go to collection.json, for the BM25
     baseline's IDF. Default splits: topics 1–50 train, 51–100 dev (AP89's convention). Duplicate

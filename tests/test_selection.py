@@ -224,7 +224,11 @@ def test_one_pass_serves_every_budget(tiny_base: Path, compressor: str, t: int) 
                 want.truncated,
             )
             torch.testing.assert_close(got.kv, want.kv, rtol=1e-5, atol=1e-5)
+            # stored K/V carries no autograd graph (one would hold the whole forward's activations)
+            assert got.kv.grad_fn is None and not got.kv.requires_grad
         alone_model.check_kv(many[k])
+    assert model.at_budget(9) is model.at_budget(9) and model.at_budget(4) is model
+    assert model.at_budget(9).fingerprint == many[9][0].fingerprint
 
 
 def test_trained_gists_have_one_budget(tiny_model: GistReranker) -> None:

@@ -30,7 +30,15 @@ from reranker.training.relevance_data import (
     bm25_terms,
     collection_stats,
 )
-from reranker.training.trec import _Bm25Index, import_trec, iter_docs, parse_splits, read_qrels, split_of
+from reranker.training.trec import (
+    _Bm25Index,
+    import_trec,
+    iter_docs,
+    parse_splits,
+    read_qrels,
+    sample_judged,
+    split_of,
+)
 
 pytestmark = pytest.mark.trec
 
@@ -122,6 +130,33 @@ def test_candidates_are_shuffled_the_same_way_every_time(tmp_path: Path) -> None
     first = [d for d, _ in import_trec(*files, progress=False).relevance.candidates("1")]
     again = [d for d, _ in import_trec(*files, progress=False).relevance.candidates("1")]
     assert first == again and sorted(first) == sorted(DOCS)[:7] and first != sorted(DOCS)[:7]
+
+
+def test_judged_n_samples_each_pool_with_its_relevant_share() -> None:
+    """judged:N draws N of a deep pool, seeded by topic, with the pool's share of relevant documents;
+    a pool with few relevant documents keeps at least one; a pool no larger than N is kept whole."""
+    pool = {f"D{i:03d}": int(i < 60) + int(i < 10) for i in range(200)}  # 30% relevant, labels 0-2
+    drawn = sample_judged("51", pool, 20)
+    assert len(set(drawn)) == 20 and set(drawn) <= set(pool)
+    assert sum(pool[d] > 0 for d in drawn) == 6  # 30% of 20
+    assert drawn == sample_judged("51", pool, 20) and drawn != sample_judged("52", pool, 20)
+    rare = {f"D{i:03d}": int(i == 7) for i in range(200)}
+    assert "D007" in sample_judged("51", rare, 20)
+    assert sorted(sample_judged("51", dict(list(pool.items())[:5]), 20)) == sorted(list(pool)[:5])
+    mostly = {f"D{i}": int(i > 0) for i in range(30)}  # 1 non-relevant: the rest of N must be relevant
+    assert len(sample_judged("51", mostly, 20)) == 20
+
+
+def test_judged_n_through_the_import(tmp_path: Path) -> None:
+    qrels = "".join(f"1 0 {docno} {n % 2}\n" for n, docno in enumerate(sorted(DOCS)[:7]))
+    files = write_collection(tmp_path, qrels=qrels)
+    result = import_trec(*files, candidates="judged:4", progress=False)
+    assert result.candidates_per_topic[0] == 4 and result.judged_candidates == sum(
+        result.candidates_per_topic
+    )
+    assert set(labels_of(result.relevance, "1")) <= set(sorted(DOCS)[:7])
+    with pytest.raises(ValueError, match="judged:N"):
+        import_trec(*files, candidates="judged:x", progress=False)
 
 
 @pytest.mark.parametrize("scale", [(0, 1), (0, 1, 2, 3, 4)])

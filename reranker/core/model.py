@@ -93,6 +93,7 @@ class GistReranker(GistWeights):
             self.head.weight.copy_(torch.randn(1, hidden, generator=g) / hidden**0.5)
             self.head.bias.zero_()
         self._fingerprint: tuple[int, str] | None = None
+        self._budget_readers: dict[int, tuple[int, GistReranker]] = {}  # `at_budget`'s
 
     @staticmethod
     def _mean_plus_noise(lm: nn.Module, n: int, g: torch.Generator) -> torch.Tensor:
@@ -294,7 +295,6 @@ class GistReranker(GistWeights):
             out.append(kv.to(self.kv_dtype))
         return out
 
-    @torch.inference_mode()
     def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
         """Compress items into per-layer K/V of their first p = min(t, j) tokens (hybrid prefix; none
         when t = 0) and k more positions: the gists, or with `compressor="select"` the item columns
@@ -304,6 +304,7 @@ class GistReranker(GistWeights):
         k = self.gist.num_gist
         return self.compress_budgets(items, [k], batch_size, progress)[k]
 
+    @torch.inference_mode()
     def compress_budgets(
         self, items: Sequence[str], budgets: Sequence[int], batch_size: int = 16, progress: bool = False
     ) -> dict[int, list[GistKV]]:
@@ -319,10 +320,7 @@ class GistReranker(GistWeights):
         item_ids, truncated = self.item_ids(items)
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
         t = self.gist.keep_item_prefix
-        fingerprints = {
-            k: self.fingerprint if k == self.gist.num_gist else self.with_gist_config(self._at(k)).fingerprint
-            for k in budgets
-        }
+        fingerprints = {k: self.at_budget(k).fingerprint for k in budgets}
         out: dict[int, list[GistKV | None]] = {k: [None] * len(item_ids) for k in budgets}
         for start in tqdm(
             range(0, len(order), batch_size), desc="compress", unit="batch", disable=not progress
@@ -347,8 +345,18 @@ class GistReranker(GistWeights):
                     )
         return out  # type: ignore[return-value]
 
-    def _at(self, k: int) -> GistConfig:
-        return self.gist.model_copy(update={"num_gist": k})
+    def at_budget(self, k: int) -> GistReranker:
+        """This model set up to read budget k (`with_gist_config`, num_gist = k), one object per k while
+        the weights are unchanged: its fingerprint hashes every weight, so a k sweep that asks for it on
+        every batch must not build (and hash, and copy to bytes) a new reader each time."""
+        if k == self.gist.num_gist:
+            return self
+        version = self._version_sum()
+        held = self._budget_readers.get(k)
+        if held is None or held[0] != version:
+            held = (version, self.with_gist_config(self.gist.model_copy(update={"num_gist": k})))
+            self._budget_readers[k] = held
+        return held[1]
 
     def _stored_slots(self, j: int) -> torch.Tensor:
         """Positions an item of j tokens keeps: its first min(t, j) tokens, then the gists j … j+k-1."""

@@ -261,9 +261,7 @@ class _SharedPass:
 
     def reader(self, k: int) -> GistReranker:
         """The body set up to read budget k (its fingerprint is the one `compress_budgets` stamps)."""
-        if k == self.body.gist.num_gist:
-            return self.body
-        return self.body.with_gist_config(self.body.gist.model_copy(update={"num_gist": k}))
+        return self.body.at_budget(k)
 
     def compress(self, k: int, texts: list[str]) -> list[GistKV]:
         todo = [t for t in dict.fromkeys(texts) if t not in self.done[k]]
@@ -346,9 +344,11 @@ def _gist_systems(
     label: str = "",
     base: GistReranker | None = None,
     shared: _SharedPass | None = None,
+    prefixes: _SharedPass | None = None,
 ) -> dict[str, System]:
     """Systems of one student checkpoint: its own online path and its controls. A `label` (its run)
-    suffixes every name and family; `shared`: the one compression pass the student's k is part of.
+    suffixes every name and family; `shared`: the one compression pass the student's k is part of;
+    `prefixes`: the one prefix pass of its group (which holds every budget asked here).
 
     The controls are the untrained-gists baseline (the student's body and head, initial gists; gist
     students only) and
@@ -383,7 +383,8 @@ def _gist_systems(
             )
             systems[name("untrained gists") + tag] = replace(control, kv_dims=dims)
         budgets = sorted({t + kk for kk in (*prefix_ks, k)})
-        prefixes = _SharedPass(prefix_reader(reader, budgets[-1]), budgets)
+        if prefixes is None or tag:
+            prefixes = _SharedPass(prefix_reader(reader, budgets[-1]), budgets)
         for budget in budgets:
             # scored by this reader's body and head: two students' prefix controls of one budget differ,
             # unless they read through one body and head (select students of one base): then they have
@@ -420,7 +421,7 @@ def student_systems(
     for student in students:
         group = None
         if student.gist.compressor != "gist":
-            group = _key(student.with_gist_config(student.gist.model_copy(update={"num_gist": 1})))
+            group = _key(student.at_budget(1))
             groups.setdefault(group, []).append(student)
         group_of.append(group)
     passes = {g: _SharedPass(members[0], [m.gist.num_gist for m in members]) for g, members in groups.items()}
@@ -429,17 +430,31 @@ def student_systems(
     students = [
         s if p is None else p.reader(s.gist.num_gist) for s, p in zip(students, shared_of, strict=True)
     ]
+    # one prefix pass and one prefix control per budget for a group (its reader is the group's body, so
+    # a second student's control would score exactly what the first's does): each member controls its
+    # own budget; the first member also the budgets of `prefix_ks` that no member has
+    prefix_passes = {}
+    for g, members in groups.items():
+        t, ks = members[0].gist.keep_item_prefix, [m.gist.num_gist for m in members]
+        budgets = sorted({t + k for k in (*prefix_ks, *ks)})
+        prefix_passes[g] = (_SharedPass(prefix_reader(passes[g].body, budgets[-1]), budgets), ks)
     del groups
     bases: dict[tuple[str, str], GistReranker] = {}
     systems: dict[str, System] = {}
-    for student, label, shared in zip(students, labels, shared_of, strict=True):
+    for student, label, group in zip(students, labels, group_of, strict=True):
+        controls, prefixes = prefix_ks, None
+        if group is not None:
+            prefixes, ks = prefix_passes[group]
+            first = ks[0] == student.gist.num_gist
+            controls = [k for k in prefix_ks if k not in ks] if first else []
         base = None
         if control_base:
             key = (student.base_ref, student.gist.dtype)
             if key not in bases:
                 bases[key] = GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
             base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
-        systems |= _gist_systems(student, texts_by_id, prefix_ks, label, base, shared)
+        shared = passes[group] if group is not None else None
+        systems |= _gist_systems(student, texts_by_id, controls, label, base, shared, prefixes)
     return systems
 
 
@@ -484,14 +499,14 @@ def score_queries(
     systems: Mapping[str, System],
     quartiles: Sequence[int],
     cached: Mapping[str, Mapping[str, list[float]]] | None = None,
-    after_query: Callable[[dict[str, dict[str, list[float]]]], None] | None = None,
+    after_query: Callable[[Scored], None] | None = None,
 ) -> Scored:
     """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher").
 
     `cached` (system → query id → scores, e.g. from `load_cached`) is used instead of scoring where it
     holds the query; a system with the key of an earlier one (e.g. the same prefix control of two
     students on one body) takes its scores. A system's `prepare` (compression) runs before its
-    `score` is timed; `after_query` gets the scores so far after every query (to keep them on disk).
+    `score` is timed; `after_query` gets what is finished after every query (to keep it on disk).
     A system that
     raises (while compressing, scoring, or with non-finite scores) is not called again and none of its
     records are kept — a system is compared on every query or not at all; its error is reported and the
@@ -508,6 +523,16 @@ def score_queries(
         for name, s in everyone.items()
         if s.key is not None and first_of.setdefault(s.key, name) != name
     }
+
+    def finished() -> Scored:
+        return Scored(
+            [r for r in records if r.system not in errors],
+            {name: by_query for name, by_query in scores.items() if name not in errors},
+            dict(errors),
+            {name: t for name, t in timed.items() if name not in errors},
+            {name: first for name, first in same_as.items() if name not in errors},
+        )
+
     for query, quartile in tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query"):
         cands = test.candidates(query.query_id)
         cand_ids, labels = [c[0] for c in cands], [c[1] for c in cands]
@@ -536,14 +561,8 @@ def score_queries(
             scores[name][query.query_id] = values
             records.append(QueryRecord(name, query.query_id, query.hard, quartile, metrics))
         if after_query is not None:
-            after_query({name: by_query for name, by_query in scores.items() if name not in errors})
-    return Scored(
-        [r for r in records if r.system not in errors],
-        {name: by_query for name, by_query in scores.items() if name not in errors},
-        errors,
-        {name: t for name, t in timed.items() if name not in errors},
-        {name: first for name, first in same_as.items() if name not in errors},
-    )
+            after_query(finished())
+    return finished()
 
 
 def evaluate(
@@ -590,12 +609,14 @@ def evaluate(
     lengths = best_item_tokens(teacher, test, texts_by_id)
     quartiles = length_quartiles(lengths)
 
-    def keep(scores: dict[str, dict[str, list[float]]]) -> None:
-        """Every finished query on disk at once: a run that is stopped loses one query's work at most."""
+    def keep(so_far: Scored) -> None:
+        """Every finished query on disk at once, with the costs measured so far: a run that is stopped
+        loses one query's work at most."""
         if run_dir is not None:
-            write_cache(
-                run_dir, write_runs(run_dir, test, scores), {n: k for n, k in keys.items() if k}, saved_costs
-            )
+            finished = {name: s for name, s in everyone.items() if name not in so_far.errors}
+            costs = _costs(finished, so_far, saved_costs)
+            files = write_runs(run_dir, test, so_far.scores)
+            write_cache(run_dir, files, {n: k for n, k in keys.items() if k}, costs)
 
     scored = score_queries(test, reference, systems, quartiles, cached, keep)
     fused = bm25_interpolations(test, scored, everyone, quartiles)

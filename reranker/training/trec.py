@@ -16,7 +16,9 @@ Topic ids are compared as written, except that numeric ids lose leading zeros ("
 Each document becomes an item rendered by the project's one renderer: title as title, text as
 description, no attributes (`render_item`; items are cut to a model's `max_item_tokens` when read, not
 here). Each judged topic becomes a query whose candidates are either
-    judged   its judged documents (those in the collection), or
+    judged   its judged documents (those in the collection),
+    judged:N N of them drawn at random per topic (seeded), keeping the pool's share of relevant ones
+             (`sample_judged`): deep pools (AP89: ~200 per topic) cut to a CPU-sized list, or
     bm25:N   the top N of a BM25 ranking of the whole collection (`bm25s`, k1 = 0.9, b = 0.4 — Anserini's
              defaults for TREC newswire — over `bm25_terms`; documents without any query term are never
              candidates), judged label where judged, unjudged = 0, as a deployed first stage would
@@ -238,14 +240,28 @@ class TrecImport:
         return "\n".join(lines)
 
 
-def parse_candidates(spec: str) -> int | None:
-    """`judged` → None; `bm25:N` → N."""
+def parse_candidates(spec: str) -> tuple[str, int | None]:
+    """`judged` → ("judged", None); `judged:N` → ("judged", N); `bm25:N` → ("bm25", N)."""
     if spec == "judged":
-        return None
+        return "judged", None
     name, _, depth = spec.partition(":")
-    if name == "bm25" and depth.isdigit() and int(depth) > 0:
-        return int(depth)
-    raise ValueError(f"candidates must be 'judged' or 'bm25:N' (N > 0), got {spec!r}")
+    if name in ("judged", "bm25") and depth.isdigit() and int(depth) > 0:
+        return name, int(depth)
+    raise ValueError(f"candidates must be 'judged', 'judged:N' or 'bm25:N' (N > 0), got {spec!r}")
+
+
+def sample_judged(qid: str, labels: dict[str, int], n: int) -> list[str]:
+    """At most n of a topic's judged docnos, drawn at random (seeded by the topic) with the judged
+    pool's share of relevant documents kept (rounded, at least one when the pool has one): a
+    CPU-sized slice of a deep judged pool whose label mix matches the pool's."""
+    if len(labels) <= n:
+        return list(labels)
+    rng = random.Random(f"{_SHUFFLE_SEED}:sample:{qid}")
+    relevant = sorted(d for d, label in labels.items() if label > 0)
+    other = sorted(d for d, label in labels.items() if label <= 0)
+    take = min(len(relevant), max(1 if relevant else 0, round(n * len(relevant) / len(labels))))
+    take = max(take, n - len(other))
+    return rng.sample(relevant, take) + rng.sample(other, n - take)
 
 
 def import_trec(
@@ -260,7 +276,7 @@ def import_trec(
 ) -> TrecImport:
     """Build a relevance set from a TREC collection (module docstring). Bad input raises
     `RelevanceDataError` (naming file and line) or ValueError (options, split ranges)."""
-    depth = parse_candidates(candidates)
+    kind, depth = parse_candidates(candidates)
     ranges = parse_splits(splits)
     judged = read_qrels(qrels, dedupe)
     texts = read_topics(topics, query_field)
@@ -278,16 +294,21 @@ def import_trec(
         except ValueError as error:
             raise RelevanceDataError(str(error), path=topics) from error
 
-    if depth is None:
+    if kind == "judged":
         wanted = {docno for qid in topic_ids for docno in judged[qid]}
         items, stats = _read_collection(docs, wanted, progress)
         ranked = {qid: [d for d in judged[qid] if d in items] for qid in topic_ids}
         skipped["qrels lines naming a document not in the collection (or empty)"] = sum(
             len(judged[qid]) - len(ranked[qid]) for qid in topic_ids
         )
+        if depth is not None:
+            ranked = {
+                qid: sample_judged(qid, {d: judged[qid][d] for d in ranked[qid]}, depth) for qid in topic_ids
+            }
     else:
         index = _Bm25Index()
         _, stats = _read_collection(docs, set(), progress, index)
+        assert depth is not None
         ranked = index.top({qid: texts[qid] for qid in topic_ids}, depth, progress)  # best first
         wanted = {docno for docnos in ranked.values() for docno in docnos}
         items = {}
