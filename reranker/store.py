@@ -1,7 +1,9 @@
 """The gist K/V feature store: one facade over Feast for the consumer (writes) and the reranker (reads).
 
-Rows live in the Feast feature view ``item_gist`` (``feature_repo/``), keyed by ``item_id``, in an SQLite
-(default) or Redis online store. This module owns the rules Feast does not have:
+Rows live in the Feast feature view ``item_gist`` (``feature_repo/``), keyed by ``item_id``, in the online
+store of the Feast config: the project's own (SQLite by default, or one Redis) or a deployment's
+feature_store.yaml used as written (Redis Cluster, any Feast online store and registry; `GistStore`).
+This module owns the rules Feast does not have:
 
 * **Which write wins.** A row replaces the stored one when its catalog version is higher; at the same
   version when the stored row is live and the new one differs in fingerprint, content hash or bytes (a
@@ -52,6 +54,7 @@ DEFAULT_DATA_DIR = REPO_ROOT / "var" / "feast"
 DATA_DIR_ENV = "GISTRANK_FEAST_DIR"
 ONLINE_ENV = "GISTRANK_FEAST_ONLINE"
 REDIS_URL_ENV = "GISTRANK_REDIS_URL"
+CONFIG_ENV = "GISTRANK_FEAST_CONFIG"  # a feature_store.yaml used as written
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 # Bounds how long a read waits on an unreachable Redis before the caller falls back to recompute.
 REDIS_CONNECT_TIMEOUT_S = 2
@@ -186,24 +189,49 @@ class GistStore:
     """Batched reads and version-guarded writes of gist K/V rows; see the module docstring for the rules."""
 
     def __init__(
-        self, data_dir: Path | None = None, online: Online = "sqlite", redis_url: str | None = None
+        self,
+        data_dir: Path | None = None,
+        online: Online | None = None,
+        redis_url: str | None = None,
+        config: str | Path | None = None,
     ) -> None:
+        """Two ways to configure the store (see `_repo_config`):
+
+        * `config`: a Feast `feature_store.yaml`, used as written — any
+          online store and registry Feast supports (Redis Cluster, Cassandra, DynamoDB, a SQL
+          registry, ...), `${VAR}` expanded from the environment as Feast does, relative paths read
+          from the file's folder. `data_dir`, `online` and `redis_url` must then be left unset.
+        * otherwise the project's own `feature_repo/feature_store.yaml` with local-run overrides: its
+          registry and SQLite file in `data_dir` (default $GISTRANK_FEAST_DIR or var/feast), and with
+          `online="redis"` one Redis at `redis_url` as the online store.
+        """
+        if config is not None and (data_dir is not None or online is not None or redis_url is not None):
+            raise ValueError(
+                f"a Feast config ({config}) sets the stores itself: "
+                "leave data_dir, online and redis_url unset"
+            )
+        online = online or "sqlite"
         if online not in ("sqlite", "redis"):
             raise ValueError(f"online must be 'sqlite' or 'redis', got {online!r}")
-        self.data_dir = Path(data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).resolve()
-        self.online: Online = online
-        self.redis_url = (redis_url or DEFAULT_REDIS_URL) if online == "redis" else None
+        self.config_path = Path(config).resolve() if config is not None else None
+        if self.config_path is not None:
+            self.data_dir = self.config_path.parent
+        else:
+            self.data_dir = Path(data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).resolve()
+        self.redis_url = (redis_url or DEFAULT_REDIS_URL) if online == "redis" and config is None else None
 
         from feast import FeatureStore
 
         self._definitions = _load_definitions()
         self._objects = self._definitions.build_definitions(self.data_dir)
-        config = self._repo_config()
+        config_ = self._repo_config(online)
+        self.online = str(config_.online_store.type)
+        self._where = self._describe(config_)
         try:
             # Feast creates only the last path component itself.
             self.data_dir.mkdir(parents=True, exist_ok=True)
             # Reads the registry, creating an empty one in a fresh data dir; Redis is not contacted yet.
-            self._store: FeatureStore = FeatureStore(config=config)
+            self._store: FeatureStore = FeatureStore(config=config_)
         except OSError as e:
             raise FeatureStoreUnavailableError(f"feast data dir {self.data_dir}: {e}") from e
         # One lock for every Feast call: the SQLite store shares one connection across threads, and a
@@ -212,46 +240,58 @@ class GistStore:
 
     @classmethod
     def from_env(cls) -> GistStore:
-        """Configured by $GISTRANK_FEAST_DIR, $GISTRANK_FEAST_ONLINE (sqlite|redis), $GISTRANK_REDIS_URL."""
+        """Configured by $GISTRANK_FEAST_CONFIG (a feature_store.yaml), else by $GISTRANK_FEAST_DIR,
+        $GISTRANK_FEAST_ONLINE (sqlite|redis) and $GISTRANK_REDIS_URL."""
+        if os.environ.get(CONFIG_ENV):
+            return cls(config=os.environ[CONFIG_ENV])
         online = os.environ.get(ONLINE_ENV, "sqlite")
         if online not in ("sqlite", "redis"):
             raise ValueError(f"${ONLINE_ENV} must be 'sqlite' or 'redis', got {online!r}")
-        return cls(online=online, redis_url=os.environ.get(REDIS_URL_ENV))
+        return cls(online=online, redis_url=os.environ.get(REDIS_URL_ENV))  # type: ignore[arg-type]
 
-    def _repo_config(self) -> RepoConfig:
+    def _repo_config(self, online: Online) -> RepoConfig:
         from feast import RepoConfig
 
-        # Same parsing as Feast's own loader, then the data dir and online store replace the CLI's paths.
-        raw: dict[str, Any] = yaml.safe_load(
-            os.path.expandvars((FEATURE_REPO / "feature_store.yaml").read_text())
-        )
-        raw["registry"] = {**raw["registry"], "path": str(self.data_dir / "registry.db")}
-        if self.online == "redis":
-            assert self.redis_url is not None
-            raw["online_store"] = {
-                "type": "redis",
-                "connection_string": _redis_connection_string(self.redis_url),
-            }
-        else:
-            raw["online_store"] = {"type": "sqlite", "path": str(self.data_dir / "online.db")}
+        path = self.config_path or FEATURE_REPO / "feature_store.yaml"
+        # Feast's own loader expands ${VAR} the same way before parsing
+        raw: dict[str, Any] = yaml.safe_load(os.path.expandvars(path.read_text()))
+        if self.config_path is None:  # the project's file: registry and online store moved for this run
+            raw["registry"] = {**raw["registry"], "path": str(self.data_dir / "registry.db")}
+            if online == "redis":
+                assert self.redis_url is not None
+                raw["online_store"] = {
+                    "type": "redis",
+                    "connection_string": _redis_connection_string(self.redis_url),
+                }
+            else:
+                raw["online_store"] = {"type": "sqlite", "path": str(self.data_dir / "online.db")}
         config = RepoConfig(**raw)
-        config.repo_path = FEATURE_REPO
+        config.repo_path = path.parent  # what relative paths in the file are read from, as in `feast`
         return config
+
+    def _describe(self, config: RepoConfig) -> str:
+        """Where the online store is, for error messages."""
+        store = config.online_store
+        if self.redis_url is not None:
+            return f"redis at {self.redis_url}"
+        where = getattr(store, "connection_string", None) or getattr(store, "path", None) or ""
+        source = f" (from {self.config_path})" if self.config_path is not None else ""
+        kind = getattr(store, "redis_type", None) or store.type
+        return f"{getattr(kind, 'value', kind)} online store {where}{source}".replace("  ", " ")
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
         """Hold the lock and turn "the store cannot be used" into `FeatureStoreUnavailableError`."""
         from feast.errors import FeastObjectNotFoundException
 
-        where = self.redis_url if self.online == "redis" else str(self.data_dir / "online.db")
         with self._lock:
             try:
                 yield
             except (redis.exceptions.RedisError, sqlite3.Error, OSError) as e:
-                raise FeatureStoreUnavailableError(f"{self.online} online store at {where}: {e}") from e
+                raise FeatureStoreUnavailableError(f"{self._where}: {e}") from e
             except FeastObjectNotFoundException as e:
                 raise FeatureStoreUnavailableError(
-                    f"{e} (registry {self.data_dir / 'registry.db'}; call GistStore.apply())"
+                    f"{e} (registry {self._store.config.registry.path}; call GistStore.apply())"
                 ) from e
 
     def apply(self) -> None:
@@ -263,6 +303,8 @@ class GistStore:
         with self._guard():
             if not self._registered():
                 self._store.apply(list(self._objects))
+                # a SQL registry serves reads from a cache that its own apply does not update
+                self._store.refresh_registry()
 
     def _registered(self) -> bool:
         registered = {

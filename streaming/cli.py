@@ -58,6 +58,14 @@ FeastDir = Annotated[
     Path | None, typer.Option(help="Feast data dir (registry, SQLite online store); default var/feast")
 ]
 Online = Annotated[OnlineStore, typer.Option(help="online store")]
+FeastConfig = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="GISTRANK_FEAST_CONFIG",
+        help="a Feast feature_store.yaml used as written (any online store and registry: Redis Cluster, "
+        "a SQL registry, ...); replaces --feast-dir / --online / --redis-url",
+    ),
+]
 RedisUrl = Annotated[str | None, typer.Option(help="redis://host:port/db for --online redis")]
 ModelRef = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
 NumGist = Annotated[int | None, typer.Option(help="k gist tokens (default 8; a checkpoint's own)")]
@@ -120,10 +128,19 @@ def _load_model(
         raise typer.BadParameter(str(exc)) from None
 
 
-def _open_store(feast_dir: Path | None, online: OnlineStore, redis_url: str | None) -> GistStore:
+def _open_store(
+    feast_dir: Path | None, online: OnlineStore, redis_url: str | None, feast_config: Path | None = None
+) -> GistStore:
     from reranker.store import GistStore
 
-    store = GistStore(feast_dir, online=online.value, redis_url=redis_url)
+    if feast_config is not None:
+        if feast_dir is not None or redis_url is not None or online != OnlineStore.sqlite:
+            raise typer.BadParameter(
+                "--feast-config sets the stores itself: drop --feast-dir, --online, --redis-url"
+            )
+        store = GistStore(config=feast_config)
+    else:
+        store = GistStore(feast_dir, online=online.value, redis_url=redis_url)
     store.apply()
     return store
 
@@ -181,6 +198,7 @@ def consume(
     feast_dir: FeastDir = None,
     online: Online = OnlineStore.sqlite,
     redis_url: RedisUrl = None,
+    feast_config: FeastConfig = None,
     bootstrap_servers: BootstrapServers = None,
     partitions: Partitions = 3,
     create_topics: CreateTopics = True,
@@ -201,7 +219,7 @@ def consume(
     if create_topics:
         ensure_topics(settings, partitions)
     gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
-    store = _open_store(feast_dir, online, redis_url)
+    store = _open_store(feast_dir, online, redis_url, feast_config)
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
@@ -246,12 +264,13 @@ def materialize(
     feast_dir: FeastDir = None,
     online: Online = OnlineStore.sqlite,
     redis_url: RedisUrl = None,
+    feast_config: FeastConfig = None,
 ) -> None:
     """Backfill the gist store from the catalog: every live item, or only the stale ones."""
     from streaming.materialize import materialize as run_materialize
 
     gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
-    store = _open_store(feast_dir, online, redis_url)
+    store = _open_store(feast_dir, online, redis_url, feast_config)
     with Catalog(catalog_url) as catalog:
         blob_dtype = storage_dtype.value if storage_dtype else None
         result = run_materialize(catalog, gist_model, store, stale_only, batch_size, blob_dtype)

@@ -9,11 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -28,7 +23,7 @@ from helpers import catalog_row
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from services import RedisServer
+from services import RedisServer, Serve
 from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
 
@@ -38,7 +33,7 @@ from reranker.core.kv import GistKV
 from reranker.core.render import render_item
 from reranker.serving.cli import rerank
 from reranker.serving.client import RerankClient, RerankError
-from reranker.serving.server import PROJECT_ROOT, free_port, tritonserver_binary
+from reranker.serving.server import free_port, tritonserver_binary
 from reranker.store import GistStore
 from streaming.catalog import Catalog
 
@@ -90,46 +85,6 @@ def _item(n: int) -> tuple[str, dict[str, object], str]:
 
 
 # ------------------------------------------------------------------------------------------- services
-class Serve:
-    """`gistrank serve` (reranker.serving.cli.serve) in a subprocess, its output collected."""
-
-    def __init__(self, args: list[str]) -> None:
-        code = "import typer; from reranker.serving.cli import serve; typer.run(serve)"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
-        self._reader.start()
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for(self, text: str, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if text in line:
-                    return line
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise AssertionError(f"no {text!r} from gistrank serve:\n{self.output}")
-
-    def stop(self, timeout_s: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout_s)
-        self._reader.join(5)
-        return code
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_base: Path) -> Path:
     # max_item_tokens bounds the recompute and full-context cost on 2 CPU cores

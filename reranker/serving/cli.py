@@ -46,6 +46,14 @@ def serve(
         str, typer.Option(help="Feast data dir; default $GISTRANK_FEAST_DIR or var/feast")
     ] = "",
     redis_url: Annotated[str, typer.Option(help="for --feast-online redis")] = "",
+    feast_config: Annotated[
+        str,
+        typer.Option(
+            envvar="GISTRANK_FEAST_CONFIG",
+            help="a Feast feature_store.yaml used as written (Redis Cluster, a SQL registry, ...); "
+            "replaces --feast-dir / --redis-url",
+        ),
+    ] = "",
     feast_retry_s: Annotated[float, typer.Option(help="after a Feast failure, recompute this long")] = 5.0,
     l1_bytes: Annotated[int, typer.Option(help="L1 cache bound, bytes of K/V")] = 256 * 1024 * 1024,
     l1_ttl_s: Annotated[float, typer.Option(help="L1 entry lifetime, seconds")] = 300.0,
@@ -79,6 +87,7 @@ def serve(
             feast_online=feast_online,
             feast_dir=feast_dir,
             redis_url=redis_url,
+            feast_config=feast_config,
             feast_retry_s=feast_retry_s,
             l1_bytes=l1_bytes,
             l1_ttl_s=l1_ttl_s,

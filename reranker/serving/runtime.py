@@ -60,6 +60,7 @@ class GistParams:
     feast_online: str  # sqlite | redis | none (no L2: every L1 miss recomputes)
     feast_dir: str  # Feast data dir (registry, SQLite online store); "" = GistStore's default
     redis_url: str  # for feast_online=redis; "" = GistStore's default
+    feast_config: str  # a Feast feature_store.yaml used as written (replaces the three above); "" = none
     feast_retry_s: float  # after the store failed, skip it for this long
     kv_storage_dtype: str  # how write-back stores K/V (float32 | float16 | bfloat16 | int8); "" = model dtype
     l1_bytes: int  # L1 bound in bytes of K/V
@@ -129,7 +130,11 @@ class GistRuntime:
         store = None
         self.writeback = None
         if params.feast_online != "none":
-            store = GistStore(params.feast_dir or None, params.feast_online, params.redis_url or None)
+            store = (
+                GistStore(config=params.feast_config)
+                if params.feast_config
+                else GistStore(params.feast_dir or None, params.feast_online, params.redis_url or None)  # type: ignore[arg-type]
+            )
             try:
                 store.apply()  # a no-op when the consumer (or an earlier start) registered the view
             except FeatureStoreUnavailableError as e:

@@ -58,6 +58,7 @@ class ServerSettings:
     feast_online: str = "sqlite"  # sqlite | redis | none
     feast_dir: str = ""  # "" = GistStore's default ($GISTRANK_FEAST_DIR or var/feast)
     redis_url: str = ""
+    feast_config: str = ""  # a Feast feature_store.yaml used as written (replaces the three above)
     feast_retry_s: float = 5.0
     l1_bytes: int = 256 * 1024 * 1024
     l1_ttl_s: float = 300.0
@@ -96,6 +97,7 @@ class ServerSettings:
             "feast_online": self.feast_online,
             "feast_dir": self.feast_dir,
             "redis_url": self.redis_url,
+            "feast_config": self.feast_config,
             "feast_retry_s": str(self.feast_retry_s),
             "kv_storage_dtype": self.kv_storage_dtype,
             "l1_bytes": str(self.l1_bytes),
