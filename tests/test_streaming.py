@@ -123,6 +123,16 @@ class Probe:
             raise
         return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
 
+    def stable_members(self) -> int:
+        """Members of the test's group once it has settled (0 while it rebalances or is empty)."""
+        try:
+            group = self.admin.describe_groups([self.settings.group_id])[self.settings.group_id]
+        except KafkaError as exc:
+            if exc.retriable:  # e.g. the group coordinator is still being set up
+                return 0
+            raise
+        return len(group["members"]) if group.get("group_state") == "Stable" else 0
+
     def caught_up(self) -> bool:
         committed = self.committed()
         return all(committed.get(tp, 0) == end for tp, end in self.end_offsets().items())
@@ -646,6 +656,62 @@ def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
     # A third consumer drains the rest: redelivery is harmless, each item ends at its latest version.
     store = GistStore(feast_dir)
     consume_all(probe, tiny_model, store)
+    for item_id, (version, item) in latest.items():
+        assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
+
+
+@pytest.mark.scale
+def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
+    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, checkpoint: Path, tmp_path: Path
+) -> None:
+    """A backfill scaled out: two consumer processes of one group each own a partition and both commit
+    work; one is killed with SIGKILL while events still flow to both partitions; the survivor takes the
+    dead one's partition (after the session timeout) and drains the topic; the store equals the
+    catalog's latest version of every item."""
+    latest: dict[str, tuple[int, ItemFields]] = {}
+
+    def event(version: int) -> ChangeEvent:
+        item_id = f"item-{version % 40}"
+        item = fields(f"{item_id} version {version}", f"{version} " * (5 + version % 20), size=str(version))
+        latest[item_id] = (version, item)
+        return upsert(item_id, version, item)
+
+    feast_dir = tmp_path / "feast"
+    GistStore(feast_dir).apply()  # before two processes race to create the registry
+    doomed = ConsumerProcess(settings, checkpoint, feast_dir, free_port())
+    survivor = ConsumerProcess(settings, checkpoint, feast_dir, free_port())
+    trickle: threading.Thread | None = None
+    try:
+        wait_until(lambda: probe.stable_members() == 2, WAIT_S, "both consumers to join the group")
+        assert publish_events(settings, [event(v) for v in range(1, 81)]) == 80  # keys on both partitions
+        doomed.wait_for_batches(1)
+        survivor.wait_for_batches(1)
+
+        def produce() -> None:  # the rest keeps arriving across the kill
+            with EventPublisher(settings) as publisher:
+                for version in range(81, 401):
+                    publisher.send(event(version))
+                    if version % 20 == 0:
+                        publisher.flush()
+                        time.sleep(0.2)
+
+        trickle = threading.Thread(target=produce, daemon=True)
+        trickle.start()
+        doomed.wait_for_batches(1)
+        rc, _ = doomed.finish(signal.SIGKILL)
+        assert rc == -signal.SIGKILL
+        trickle.join(timeout=WAIT_S)
+        assert not trickle.is_alive(), "the producer did not finish"
+        wait_until(probe.caught_up, WAIT_S, "the survivor to drain both partitions")
+        assert sum(probe.end_offsets().values()) == 400
+        rc, _ = survivor.finish(signal.SIGTERM)
+        assert rc == 0, "".join(survivor.log)
+    finally:
+        for process in (doomed, survivor):
+            if process.proc.poll() is None:
+                process.proc.kill()
+    assert doomed.committed_records() > 0 and survivor.committed_records() > 0
+    store = GistStore(feast_dir)
     for item_id, (version, item) in latest.items():
         assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
 
