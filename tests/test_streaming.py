@@ -716,9 +716,18 @@ def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
         assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
 
 
+@pytest.mark.parametrize("outage", ["stop", "kill -9"])
 def test_broker_restart_while_events_flow(
-    broker: KafkaBroker, settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker
+    broker: KafkaBroker,
+    settings: KafkaSettings,
+    probe: Probe,
+    store: GistStore,
+    tiny_model: GistReranker,
+    outage: str,
 ) -> None:
+    """The broker goes away under a live producer and consumer — a clean stop, or a crash (SIGKILL of
+    the broker process) — and comes back: nothing is lost, the consumer resumes, every item ends at its
+    latest version."""
     latest: dict[str, tuple[int, ItemFields]] = {}
     published = threading.Event()
     errors: list[BaseException] = []
@@ -745,7 +754,12 @@ def test_broker_restart_while_events_flow(
     try:
         wait_until(lambda: sum(probe.committed().values()) >= 16, 60, "the first committed batches")
         assert not published.is_set(), "the producer finished before the restart; make it trickle longer"
-        broker.stop()
+        if outage == "stop":
+            broker.stop()
+        else:
+            pid = broker.running_pid()
+            broker.kill()
+            assert pid is not None and broker.running_pid() is None  # gone (at most a zombie)
         broker.start()
         assert published.wait(timeout=WAIT_S), "producer did not finish"
         assert not errors, errors
