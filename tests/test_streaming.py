@@ -31,6 +31,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 from kafka.structs import ConsumerGroupMetadata, MemberState
 from prometheus_client import REGISTRY
+from services import RedisServer
 from typer.testing import CliRunner
 
 from reranker import GistConfig, GistReranker
@@ -714,6 +715,45 @@ def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
     store = GistStore(feast_dir)
     for item_id, (version, item) in latest.items():
         assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
+
+
+@pytest.mark.redis
+def test_a_store_outage_under_a_live_consumer_is_retried_and_committed_only_after_the_write(
+    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, tmp_path: Path
+) -> None:
+    """The real online store (redis-server) stops under a live consumer: every batch fails, is rewound
+    and retried (the retry counter rises) and nothing is committed; once Redis is back the batches are
+    written and only then committed, each item at its latest version."""
+    redis_proc = RedisServer(tmp_path / "redis").start()
+    try:
+        store = GistStore(tmp_path / "feast", online="redis", redis_url=redis_proc.url)
+        store.apply()
+        running = Running(
+            GistConsumer(settings, tiny_model, store, batch_size=8, poll_timeout_s=0.2, max_backoff_s=1.0)
+        )
+        try:
+            first = {f"o-{n}": fields(f"o-{n} first", "before the outage") for n in range(8)}
+            publish_events(settings, [upsert(i, 1, item) for i, item in first.items()])
+            wait_until(probe.caught_up, WAIT_S, "the first batch")
+            committed = sum(probe.committed().values())
+            redis_proc.stop()
+            retries = metric("gistrank_consumer_batch_retries_total")
+            second = {f"o-{n}": fields(f"o-{n} second", "during the outage") for n in range(8)}
+            publish_events(settings, [upsert(i, 2, item) for i, item in second.items()])
+            wait_until(
+                lambda: metric("gistrank_consumer_batch_retries_total") >= retries + 2,
+                WAIT_S,
+                "the consumer to retry the failing batch",
+            )
+            assert sum(probe.committed().values()) == committed  # nothing committed without its write
+            redis_proc.start()  # same port, empty: nothing was persisted
+            wait_until(probe.caught_up, WAIT_S, "the retried batch to be written and committed")
+        finally:
+            running.stop()
+        for item_id, item in second.items():
+            assert_row_is_direct_compress(store, tiny_model, item_id, item, 2)
+    finally:
+        redis_proc.stop()
 
 
 @pytest.mark.parametrize("outage", ["stop", "kill -9"])
