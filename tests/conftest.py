@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CATALOG_ITEMS
+from helpers import CATALOG_ITEMS, CountingStore
 from tiny import build_tiny_base
 
 from reranker import GistConfig, GistReranker
@@ -41,3 +41,11 @@ def catalog(tmp_path: Path) -> Iterator[Catalog]:
         for item_id, (title, attributes, description) in CATALOG_ITEMS.items():
             cat.upsert(item_id, title, attributes, description)
         yield cat
+
+
+@pytest.fixture
+def feast_store(tmp_path: Path) -> CountingStore:
+    """A real Feast store (SQLite online store) in `tmp_path`, applied and empty, counting its reads."""
+    store = CountingStore(tmp_path / "feast")
+    store.apply()
+    return store

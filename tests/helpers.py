@@ -6,6 +6,8 @@ Import as `from helpers import ...` (pytest puts tests/ on sys.path, as for tiny
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,7 +18,7 @@ from reranker.core.kv import GistKV
 from reranker.core.model import QueryTail
 from reranker.core.render import render_item
 from reranker.serving.lookup import ByteLRU, FeastWriteBack, KVLookup
-from reranker.store import FeatureStoreUnavailableError, GistRow, WriteResult
+from reranker.store import GistRow, GistStore
 from streaming.catalog import Catalog
 
 # ------------------------------------------------------------------------------------ model inputs
@@ -73,25 +75,16 @@ def catalog_row(catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None =
     return row if blob is None else dataclasses.replace(row, kv=blob)
 
 
-class FakeStore:
-    """GistStore's read/write contract in memory, with a switch that makes it unavailable."""
+class CountingStore(GistStore):
+    """A real GistStore (real Feast online store) that counts its reads: which lookups reach Feast."""
 
-    def __init__(self) -> None:
-        self.rows: dict[str, GistRow] = {}
-        self.down = False
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.reads = 0
 
-    def read(self, item_ids: list[str]) -> dict[str, GistRow | None]:
+    def read(self, item_ids: Sequence[str]) -> dict[str, GistRow | None]:
         self.reads += 1
-        if self.down:
-            raise FeatureStoreUnavailableError("redis at 127.0.0.1:1: connection refused")
-        return {i: self.rows.get(i) for i in dict.fromkeys(item_ids)}
-
-    def write(self, rows: list[GistRow]) -> WriteResult:
-        if self.down:
-            raise FeatureStoreUnavailableError("redis at 127.0.0.1:1: connection refused")
-        self.rows.update((r.item_id, r) for r in rows)
-        return WriteResult(tuple(r.item_id for r in rows), ())
+        return super().read(item_ids)
 
 
 # ----------------------------------------------------------------------------------------- serving

@@ -1,5 +1,6 @@
 """reranker/serving/lookup.py: the L1 byte bound, the three lookup tiers (L1, Feast, recompute) and
-the Feast write-back, against an in-memory store and catalog."""
+the Feast write-back, against real Feast stores (SQLite; a real redis-server for the outage) and a real
+SQLite catalog."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import threading
 
 import pytest
 import torch
-from helpers import FakeClock, FakeStore, catalog_row, make_lookup, metric, text_of
+from helpers import CountingStore, FakeClock, catalog_row, make_lookup, metric, text_of
+from services import RedisServer
 from sqlalchemy.exc import OperationalError
 
 from reranker.core import kv_codec
@@ -71,8 +73,8 @@ def test_l1_rejects_bad_settings() -> None:
 
 
 # -------------------------------------------------------------------------------------- lookup tiers
-def test_feast_miss_recomputes_writes_back_and_then_hits_l1(tiny_model, catalog) -> None:
-    store = FakeStore()
+def test_feast_miss_recomputes_writes_back_and_then_hits_l1(tiny_model, catalog, feast_store) -> None:
+    store = feast_store
     lookup, writeback = make_lookup(tiny_model, catalog, store)
     ids = ["item-0", "item-1", "item-2"]
     before = {
@@ -91,8 +93,10 @@ def test_feast_miss_recomputes_writes_back_and_then_hits_l1(tiny_model, catalog)
 
     assert writeback.drain(10)
     assert metric("gistrank_feast_writebacks_total", result="written") == before["written"] + 3
+    stored = store.read(ids)
     for i in ids:
-        row = store.rows[i]
+        row = stored[i]
+        assert row is not None
         decoded = kv_codec.decode(row.kv, expected_fingerprint=tiny_model.fingerprint)
         assert row.fingerprint == tiny_model.fingerprint
         assert row.content_hash == catalog.get([i])[i].content_hash == decoded.content_hash
@@ -106,10 +110,9 @@ def test_feast_miss_recomputes_writes_back_and_then_hits_l1(tiny_model, catalog)
     writeback.close()
 
 
-def test_feast_hit_is_decoded_and_cached_in_l1(tiny_model, catalog) -> None:
-    store = FakeStore()
-    store.rows["item-3"] = row_for(tiny_model, catalog, "item-3")
-    lookup, writeback = make_lookup(tiny_model, catalog, store)
+def test_feast_hit_is_decoded_and_cached_in_l1(tiny_model, catalog, feast_store) -> None:
+    feast_store.write([row_for(tiny_model, catalog, "item-3")])
+    lookup, writeback = make_lookup(tiny_model, catalog, feast_store)
     hits = metric("gistrank_cache_hits_total", tier="feast")
     assert lookup.fetch(["item-3"])["item-3"].status is Status.FEAST
     assert metric("gistrank_cache_hits_total", tier="feast") == hits + 1
@@ -133,7 +136,7 @@ def _foreign_kv(kv: GistKV) -> GistKV:
     ],
 )
 def test_unusable_feast_rows_are_recomputed_and_counted(
-    tiny_model, catalog, damage: str, reason: str
+    tiny_model, catalog, feast_store, damage: str, reason: str
 ) -> None:
     good = row_for(tiny_model, catalog, "item-4")
     kv = tiny_model.compress([text_of(catalog, "item-4")])[0]
@@ -155,8 +158,10 @@ def test_unusable_feast_rows_are_recomputed_and_counted(
             kv=kv.kv[:, :, :, :2].contiguous(), fingerprint=kv.fingerprint, item_tokens=kv.item_tokens
         )
         row = GistRow(**{**good.__dict__, "kv": kv_codec.encode(cut, good.content_hash)})
-    store = FakeStore()
-    store.rows["item-4"] = row
+    # the damaged row has the catalog's version: the write-back, at that version too, replaces it by the
+    # store's rule (same version, other bytes), which the end of the test checks
+    store = feast_store
+    assert store.write([row]).written == ("item-4",)
     lookup, writeback = make_lookup(tiny_model, catalog, store)
     before = metric("gistrank_recompute_fallbacks_total", reason=reason)
     got = lookup.fetch(["item-4"])["item-4"]
@@ -166,32 +171,42 @@ def test_unusable_feast_rows_are_recomputed_and_counted(
     assert metric("gistrank_recompute_fallbacks_total", reason=reason) == before + 1
     assert writeback.drain(10)
     # the write-back replaced the unusable row with a good one
-    rewritten = kv_codec.decode(store.rows["item-4"].kv, expected_fingerprint=tiny_model.fingerprint)
+    stored = store.read(["item-4"])["item-4"]
+    assert stored is not None
+    rewritten = kv_codec.decode(stored.kv, expected_fingerprint=tiny_model.fingerprint)
     torch.testing.assert_close(rewritten.kv.kv, kv.kv, rtol=1e-5, atol=1e-6)
     writeback.close()
 
 
-def test_feast_unavailable_recomputes_and_backs_off(tiny_model, catalog) -> None:
-    store = FakeStore()
-    store.down = True
-    clock = FakeClock()
-    lookup, writeback = make_lookup(tiny_model, catalog, store, clock)
-    before = metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable")
-    failed = metric("gistrank_feast_writebacks_total", result="failed")
-    got = lookup.fetch(["item-0", "item-1"])
-    assert all(r.status is Status.RECOMPUTE for r in got.values())
-    assert metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable") == before + 2
-    assert writeback.drain(10)
-    assert metric("gistrank_feast_writebacks_total", result="failed") == failed + 2
+@pytest.mark.redis
+def test_feast_unavailable_recomputes_and_backs_off(tiny_model, catalog, tmp_path) -> None:
+    """A real Redis online store, stopped: reads and write-backs fail and are counted, the store is not
+    asked again within feast_retry_s, and once Redis is back (and the back-off over) rows are hits."""
+    redis_proc = RedisServer(tmp_path / "redis").start()
+    try:
+        store = CountingStore(tmp_path / "feast", online="redis", redis_url=redis_proc.url)
+        store.apply()
+        redis_proc.stop()
+        clock = FakeClock()
+        lookup, writeback = make_lookup(tiny_model, catalog, store, clock)
+        before = metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable")
+        failed = metric("gistrank_feast_writebacks_total", result="failed")
+        got = lookup.fetch(["item-0", "item-1"])
+        assert all(r.status is Status.RECOMPUTE for r in got.values())
+        assert metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable") == before + 2
+        assert writeback.drain(30)
+        assert metric("gistrank_feast_writebacks_total", result="failed") == failed + 2
 
-    reads = store.reads
-    assert lookup.fetch(["item-2"])["item-2"].status is Status.RECOMPUTE
-    assert store.reads == reads  # within feast_retry_s the store is not asked again
-    store.down = False
-    clock.now += lookup.feast_retry_s
-    store.rows["item-3"] = row_for(tiny_model, catalog, "item-3")
-    assert lookup.fetch(["item-3"])["item-3"].status is Status.FEAST
-    writeback.close()
+        reads = store.reads
+        assert lookup.fetch(["item-2"])["item-2"].status is Status.RECOMPUTE
+        assert store.reads == reads  # within feast_retry_s the store is not asked again
+        redis_proc.start()  # same port, empty
+        clock.now += lookup.feast_retry_s
+        store.write([row_for(tiny_model, catalog, "item-3")])
+        assert lookup.fetch(["item-3"])["item-3"].status is Status.FEAST
+        writeback.close()
+    finally:
+        redis_proc.stop()
 
 
 def test_unknown_items_and_catalog_outage_are_per_candidate_errors(tiny_model, catalog) -> None:
@@ -231,15 +246,17 @@ def test_one_uncompressible_item_does_not_fail_the_others(tiny_model, catalog) -
     assert got["item-0"].status is Status.RECOMPUTE and got["item-2"].status is Status.RECOMPUTE
 
 
-def test_writeback_queue_full_drops_and_counts(tiny_model) -> None:
+def test_writeback_queue_full_drops_and_counts(tiny_model, tmp_path) -> None:
     gate = threading.Event()
 
-    class SlowStore(FakeStore):
+    class SlowStore(CountingStore):
         def write(self, rows):
             gate.wait(10)
             return super().write(rows)
 
-    writeback = FeastWriteBack(SlowStore(), maxsize=1)
+    store = SlowStore(tmp_path / "feast")
+    store.apply()
+    writeback = FeastWriteBack(store, maxsize=1)
     job = [WriteBackJob("item-0", fake_kv(64, tiny_model.fingerprint), "h", 1)]
     dropped = metric("gistrank_feast_writebacks_total", result="dropped")
     for _ in range(4):  # one being written, one queued, the rest refused

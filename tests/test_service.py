@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import QUERY, FakeStore, bytes_array, make_lookup, metric, text_of
+from helpers import QUERY, bytes_array, make_lookup, metric, text_of
 
 from reranker.serving.requests import RequestError
 from reranker.serving.service import FullService, GistService
@@ -14,9 +14,10 @@ from reranker.serving.shadow import ShadowSampler
 from reranker.serving.status import Status
 
 
-def test_gist_service_scores_like_the_model_and_reports_per_candidate_errors(tiny_model, catalog) -> None:
-    store = FakeStore()
-    lookup, writeback = make_lookup(tiny_model, catalog, store)
+def test_gist_service_scores_like_the_model_and_reports_per_candidate_errors(
+    tiny_model, catalog, feast_store
+) -> None:
+    lookup, writeback = make_lookup(tiny_model, catalog, feast_store)
 
     def score_full(query, ids):
         return tiny_model.score_full(query, [text_of(catalog, i) for i in ids]).tolist()
