@@ -312,6 +312,29 @@ def test_a_failing_system_keeps_the_others_results() -> None:
     assert set(scored.scores) == {"teacher", "steady"} and calls["n"] == 2  # not called after failing
 
 
+def test_each_candidate_is_forgotten_after_the_last_query_that_names_it() -> None:
+    """An evaluation holds one query's compressed K/V, not every query's: `forget` gets each candidate
+    once, right after the last query naming it, and nothing is forgotten that a later query needs."""
+    test = tiny_relevance_set().split("test")
+    events: list[tuple[str, str]] = []
+
+    def prepare(ids: list[str]) -> None:
+        events.extend(("prepare", i) for i in ids)
+
+    def forget(ids: list[str]) -> None:
+        events.extend(("forget", i) for i in ids)
+
+    system = System(lambda _q, ids: [0.0] * len(ids), SystemFacts("s", 4), prepare, forget=forget)
+    reference = System(lambda _q, ids: [float(-n) for n in range(len(ids))], TEACHER)
+    score_queries(test, reference, {"s": system}, [0] * len(test.queries))
+    named = {i for q in test.queries for i, _ in test.candidates(q.query_id)}
+    forgotten = [i for what, i in events if what == "forget"]
+    assert sorted(forgotten) == sorted(named)  # each once
+    for n, (what, item) in enumerate(events):
+        if what == "forget":
+            assert ("prepare", item) not in events[n + 1 :]
+
+
 def test_evaluate_records_a_failed_system_and_goes_on(
     tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

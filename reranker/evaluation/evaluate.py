@@ -105,7 +105,8 @@ class System:
     `prepare` does a query's offline work before `score` is timed (compressing candidates not yet
     compressed); `key` names what produces the scores (model fingerprints and settings), so that a
     rerun reuses the scores cached under the same key (`--run-dir`); `stored` (item id → K/V
-    positions kept) and `kv_dims` (L, H_kv, h) give the stored bytes of a compressed system."""
+    positions kept) and `kv_dims` (L, H_kv, h) give the stored bytes of a compressed system; `forget`
+    is told the candidates no later query names, so that an evaluation holds one query's K/V, not all."""
 
     score: Scorer
     facts: SystemFacts
@@ -113,6 +114,7 @@ class System:
     key: str | None = None
     stored: dict[str, int] = field(default_factory=dict)
     kv_dims: tuple[int, int, int] | None = None
+    forget: Callable[[list[str]], None] = _nothing  # drop what `prepare` kept for these candidates
 
 
 @dataclass(frozen=True)
@@ -270,6 +272,11 @@ class _SharedPass:
                 self.done[budget].update(zip(todo, kvs, strict=True))
         return [self.done[k][t] for t in texts]
 
+    def forget(self, texts: list[str]) -> None:
+        for done in self.done.values():
+            for text in texts:
+                done.pop(text, None)
+
 
 def _kv_system(
     texts_by_id: Mapping[str, str],
@@ -277,10 +284,12 @@ def _kv_system(
     compress: Callable[[GistReranker, list[str]], list[GistKV]],
     facts: SystemFacts,
     key: str,
+    release: Callable[[list[str]], None] | None = None,
 ) -> System:
     """Scores against stored K/V: the reader built on first use and each candidate compressed the first
-    time a query needs it (offline work, in `prepare`); a reader or compressor that fails fails its own
-    system (recorded by `score_queries`), not the others."""
+    time a query needs it (offline work, in `prepare`) and forgotten after its last query (`release`:
+    what the compressor must drop too, e.g. a shared pass's copy); a reader or compressor that fails
+    fails its own system (recorded by `score_queries`), not the others."""
     state: dict[str, Any] = {"kvs": {}}
     stored: dict[str, int] = {}
 
@@ -297,7 +306,13 @@ def _kv_system(
         prepare(cand_ids)
         return state["model"].score(query, [state["kvs"][i] for i in cand_ids]).tolist()
 
-    return System(score, facts, prepare, key, stored)
+    def forget(cand_ids: list[str]) -> None:
+        for i in cand_ids:
+            state["kvs"].pop(i, None)
+        if release is not None:
+            release([texts_by_id[i] for i in cand_ids])
+
+    return System(score, facts, prepare, key, stored, forget=forget)
 
 
 def _own_compress(model: GistReranker, texts: list[str]) -> list[GistKV]:
@@ -369,7 +384,7 @@ def _gist_systems(
         own = _kv_system(texts_by_id, lambda: student, _own_compress, facts, _key(student, "own "))
     else:  # `student` is the pass's reader of k
         compress = lambda _m, texts: shared.compress(k, texts)  # noqa: E731
-        own = _kv_system(texts_by_id, lambda: student, compress, facts, _key(student, "own "))
+        own = _kv_system(texts_by_id, lambda: student, compress, facts, _key(student, "own "), shared.forget)
     systems = {main: replace(own, kv_dims=dims)}
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
@@ -395,6 +410,7 @@ def _gist_systems(
                 lambda _m, texts, b=budget, pp=prefixes: pp.compress(b, texts),
                 SystemFacts(f"prefix · {main}{tag}", budget, main),
                 _key(prefixes.reader(budget), "prefix "),
+                prefixes.forget,
             )
             systems[f"prefix {budget} · {main}{tag}"] = replace(control, kv_dims=dims)
     return systems
@@ -533,7 +549,12 @@ def score_queries(
             {name: first for name, first in same_as.items() if name not in errors},
         )
 
-    for query, quartile in tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query"):
+    last_query: dict[str, int] = {}  # candidate → the last query that names it
+    for at, query in enumerate(test.queries):
+        last_query |= {item_id: at for item_id, _ in test.candidates(query.query_id)}
+    for at, (query, quartile) in enumerate(
+        tqdm(list(zip(test.queries, quartiles, strict=True)), desc="eval", unit="query")
+    ):
         cands = test.candidates(query.query_id)
         cand_ids, labels = [c[0] for c in cands], [c[1] for c in cands]
         truth: list[float] = []
@@ -560,6 +581,9 @@ def score_queries(
                 continue
             scores[name][query.query_id] = values
             records.append(QueryRecord(name, query.query_id, query.hard, quartile, metrics))
+        done_with = [i for i in cand_ids if last_query[i] == at]
+        for system in everyone.values():
+            system.forget(done_with)
         if after_query is not None:
             after_query(finished())
     return finished()
