@@ -8,6 +8,7 @@ the `gistrank` CLI. Heavy imports (torch, feast) happen inside the commands that
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from enum import StrEnum
@@ -146,8 +147,15 @@ def _open_store(
 
 
 def _configure_logging() -> None:
+    """INFO for everything; $GISTRANK_LOG_LEVEL (e.g. DEBUG: each batch's offsets as it starts) for the
+    project's own loggers."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO is per-connection chatter
+    level = os.environ.get("GISTRANK_LOG_LEVEL", "INFO").upper()
+    if level not in logging.getLevelNamesMapping():
+        raise typer.BadParameter(f"$GISTRANK_LOG_LEVEL={level!r} is not a logging level")
+    for name in ("streaming", "reranker"):
+        logging.getLogger(name).setLevel(level)
 
 
 # ------------------------------------------------------------------------------------------ commands

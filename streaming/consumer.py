@@ -292,6 +292,12 @@ class GistConsumer:
         """Validate → coalesce → compress → write → dead-letter acks → commit (module docstring)."""
         started = time.perf_counter()
         result = BatchResult(consumed=len(records))
+        if log.isEnabledFor(logging.DEBUG):
+            spans: dict[str, list[int]] = {}
+            for record in records:
+                span = spans.setdefault(f"{record.topic}[{record.partition}]", [record.offset, record.offset])
+                span[0], span[1] = min(span[0], record.offset), max(span[1], record.offset)
+            log.debug("processing %d records: offsets %s", len(records), json.dumps(spans))
 
         valid, dead = self._validate(records)
         latest = self._coalesce(valid, result)

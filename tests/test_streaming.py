@@ -564,6 +564,7 @@ class ConsumerProcess:
             "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic,
             "GISTRANK_KAFKA_GROUP_ID": settings.group_id,
             "GISTRANK_KAFKA_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
+            "GISTRANK_LOG_LEVEL": "DEBUG",  # each batch's offsets as it starts
             "PYTHONUNBUFFERED": "1",
         }
         args = [sys.executable, "-m", "streaming.cli", "consume", "--model", str(checkpoint)]
@@ -594,6 +595,34 @@ class ConsumerProcess:
                 raise AssertionError("consumer logged no batch in time:\n" + "".join(self.log)) from None
             count -= BATCH_LINE.search(line) is not None
 
+    def freeze_inside_batch(self, timeout_s: float = WAIT_S) -> dict[str, list[int]]:
+        """SIGSTOP the process as soon as a batch has started and before it commits; return that batch's
+        offsets per partition ("topic[p]" → [first, last]). A batch that commits before the stop lands
+        (the log shows it) is let go (SIGCONT), and the next one is caught."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            started = PROCESSING_LINE.search(line)
+            if started is None:
+                continue
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            time.sleep(0.5)  # what it wrote before the stop reaches the log
+            later = []
+            while not self.lines.empty():
+                later.append(self.lines.get())
+            if any(BATCH_LINE.search(x) for x in later):
+                os.kill(self.proc.pid, signal.SIGCONT)
+                continue
+            return json.loads(started.group(1))
+        raise AssertionError("no batch caught before its commit:\n" + "".join(self.log))
+
+    def processed_spans(self) -> list[dict[str, list[int]]]:
+        """The offsets of every batch this process started, in order."""
+        return [json.loads(m.group(1)) for line in self.log if (m := PROCESSING_LINE.search(line))]
+
     def finish(self, sig: signal.Signals, timeout_s: float = 60) -> tuple[int, str]:
         """Send `sig`, wait for the exit; returns the exit status and stdout (the log stays in .log)."""
         self.proc.send_signal(sig)
@@ -608,6 +637,7 @@ class ConsumerProcess:
 
 
 BATCH_LINE = re.compile(r"streaming\.consumer: batch of (\d+) records")
+PROCESSING_LINE = re.compile(r"streaming\.consumer: processing \d+ records: offsets (\{.*\})")
 
 
 def free_port() -> int:
@@ -631,19 +661,26 @@ def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
     feast_dir = tmp_path / "feast"
     port = free_port()
 
-    # SIGKILL right after the second batch's commit was logged: the third batch (8 records, already fetched)
-    # is being compressed or written, and its offsets are not committed.
+    # SIGKILL inside a batch: after two committed batches, the process is frozen (SIGSTOP) as soon as the
+    # next batch has started and before it commits, then killed; the group's offsets stop exactly where
+    # that batch begins.
     first = ConsumerProcess(settings, checkpoint, feast_dir, port)
     first.wait_for_batches(2)
+    in_hand = first.freeze_inside_batch()
     rc, _ = first.finish(signal.SIGKILL)
     assert rc == -signal.SIGKILL
-    committed = sum(probe.committed().values())
+    offsets = {f"{tp.topic}[{tp.partition}]": offset for tp, offset in probe.committed().items()}
+    assert all(offsets.get(key, 0) == span[0] for key, span in in_hand.items()), (offsets, in_hand)
+    committed = sum(offsets.values())
     assert 0 < committed == first.committed_records() < 90, "".join(first.log)
 
     # Restart, then SIGTERM while it has work: it finishes the batch in hand, commits it and exits 0, so
     # the group's offsets are exactly what it logged as committed.
     second = ConsumerProcess(settings, checkpoint, feast_dir, port)
     second.wait_for_batches(1)
+    # the killed batch's records are delivered again: the restart's first batch begins where it began
+    for key, span in in_hand.items():
+        assert next(s[key] for s in second.processed_spans() if key in s)[0] == span[0], (key, span)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         exposition = response.read().decode()
     assert re.search(r"^gistrank_consumer_events_total [1-9]", exposition, re.M), exposition
