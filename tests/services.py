@@ -15,7 +15,7 @@ from pathlib import Path
 from reranker.serving.server import PROJECT_ROOT
 from streaming.redis_server import RedisCluster, RedisServer
 
-__all__ = ["RedisCluster", "RedisServer", "Serve", "redis_cluster", "redis_server"]
+__all__ = ["RedisCluster", "RedisServer", "Serve", "feast_cluster_config", "redis_cluster", "redis_server"]
 
 
 @contextmanager
@@ -29,6 +29,33 @@ def redis_server(tmp_path: Path, timeout_s: float = 10.0) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+def feast_cluster_config(folder: Path, connection_string: str) -> Path:
+    """A Feast repo config as a deployment writes it — Redis Cluster online store at `connection_string`
+    (Feast expands ${VAR} in it), SQL registry (SQLite through SQLAlchemy here; PostgreSQL in
+    production) — written to `folder`/feature_store.yaml."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "feature_store.yaml"
+    config.write_text(
+        "project: gistrank\n"
+        "provider: local\n"
+        "registry:\n"
+        "  registry_type: sql\n"
+        f"  path: sqlite:///{folder / 'registry.db'}\n"
+        "  cache_ttl_seconds: 60\n"
+        # Feast 0.49's SQL registry nests a second write transaction inside apply's, which SQLite
+        # refuses ("database is locked", feast-dev/feast#5565); PostgreSQL needs no such setting
+        "  sqlalchemy_config_kwargs: {echo: false, isolation_level: AUTOCOMMIT}\n"
+        "online_store:\n"
+        "  type: redis\n"
+        "  redis_type: redis_cluster\n"
+        f"  connection_string: {connection_string}\n"
+        "offline_store:\n"
+        "  type: file\n"
+        "entity_key_serialization_version: 3\n"
+    )
+    return config
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from services import redis_cluster, redis_server
+from services import feast_cluster_config, redis_cluster, redis_server
 
 from reranker.store import (
     CONFIG_ENV,
@@ -47,32 +47,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
         yield running
 
 
-def cluster_config(cluster: RedisCluster, folder: Path) -> Path:
-    """A Feast repo config as a deployment writes it: Redis Cluster online store, SQL registry (SQLite
-    through SQLAlchemy here; a postgresql:// URL in production)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "feature_store.yaml"
-    config.write_text(
-        "project: gistrank\n"
-        "provider: local\n"
-        "registry:\n"
-        "  registry_type: sql\n"
-        f"  path: sqlite:///{folder / 'registry.db'}\n"
-        "  cache_ttl_seconds: 60\n"
-        # Feast 0.49's SQL registry nests a second write transaction inside apply's, which SQLite
-        # refuses ("database is locked", feast-dev/feast#5565); PostgreSQL needs no such setting
-        "  sqlalchemy_config_kwargs: {echo: false, isolation_level: AUTOCOMMIT}\n"
-        "online_store:\n"
-        "  type: redis\n"
-        "  redis_type: redis_cluster\n"
-        "  connection_string: ${GISTRANK_TEST_CLUSTER}\n"
-        "offline_store:\n"
-        "  type: file\n"
-        "entity_key_serialization_version: 3\n"
-    )
-    return config
-
-
 @pytest.fixture(
     params=[
         "sqlite",
@@ -87,7 +61,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
             with redis.Redis(host="127.0.0.1", port=server.port) as client:
                 client.flushall()
         monkeypatch.setenv("GISTRANK_TEST_CLUSTER", cluster.nodes)  # expanded by the config, as Feast does
-        monkeypatch.setenv(CONFIG_ENV, str(cluster_config(cluster, tmp_path / "repo")))
+        monkeypatch.setenv(
+            CONFIG_ENV, str(feast_cluster_config(tmp_path / "repo", "${GISTRANK_TEST_CLUSTER}"))
+        )
         gist_store = GistStore.from_env()
     elif request.param == "redis":
         url = request.getfixturevalue("redis_url")
@@ -247,8 +223,7 @@ def test_a_cluster_config_spreads_rows_over_every_master(cluster: RedisCluster, 
     for server in cluster.servers:
         with redis.Redis(host="127.0.0.1", port=server.port) as client:
             client.flushall()
-    config = cluster_config(cluster, tmp_path / "repo")
-    config.write_text(config.read_text().replace("${GISTRANK_TEST_CLUSTER}", cluster.nodes))
+    config = feast_cluster_config(tmp_path / "repo", cluster.nodes)
     gist_store = GistStore(config=config)
     gist_store.apply()
     rows = [row(f"item-{i:03d}", seed=i) for i in range(60)]

@@ -13,7 +13,7 @@ import pytest
 import redis
 import typer
 from helpers import catalog_row
-from services import RedisCluster, Serve, redis_cluster
+from services import RedisCluster, Serve, feast_cluster_config, redis_cluster
 
 from reranker import GistConfig, GistReranker
 from reranker.core.render import render_item
@@ -29,29 +29,6 @@ IDS = [f"sku-{n:03d}" for n in range(12)]
 QUERY = "blue phone 2023"
 
 
-def write_config(cluster: RedisCluster, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "feature_store.yaml"
-    config.write_text(
-        "project: gistrank\n"
-        "provider: local\n"
-        "registry:\n"
-        "  registry_type: sql\n"
-        f"  path: sqlite:///{folder / 'registry.db'}\n"
-        "  cache_ttl_seconds: 60\n"
-        # Feast 0.49's SQL registry nests a write transaction that SQLite refuses (feast-dev/feast#5565)
-        "  sqlalchemy_config_kwargs: {echo: false, isolation_level: AUTOCOMMIT}\n"
-        "online_store:\n"
-        "  type: redis\n"
-        "  redis_type: redis_cluster\n"
-        f"  connection_string: {cluster.nodes}\n"
-        "offline_store:\n"
-        "  type: file\n"
-        "entity_key_serialization_version: 3\n"
-    )
-    return config
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     with redis_cluster(tmp_path_factory.mktemp("cluster"), masters=3) as running:
@@ -60,7 +37,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
 
 @pytest.fixture(scope="module")
 def config(cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_config(cluster, tmp_path_factory.mktemp("feast-repo"))
+    return feast_cluster_config(tmp_path_factory.mktemp("feast-repo"), cluster.nodes)
 
 
 @pytest.fixture(scope="module")
