@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import redis.exceptions
+import sqlalchemy.exc
 import yaml
 
 if TYPE_CHECKING:
@@ -64,6 +65,17 @@ _FEATURES = ("kv", "fingerprint", "num_gist", "item_tokens", "content_hash", "ve
 _TS_SUFFIX = "__ts"  # OnlineResponse.to_dict(include_event_timestamps=True) names timestamps so
 
 Online = Literal["sqlite", "redis"]
+
+
+# What an online store or registry that cannot be reached raises: Redis (a cluster's "no node answers" is
+# not a RedisError), SQLite, a SQL registry through SQLAlchemy, the network.
+_UNAVAILABLE = (
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+    sqlite3.Error,
+    sqlalchemy.exc.OperationalError,
+    OSError,
+)
 
 
 class FeatureStoreUnavailableError(RuntimeError):
@@ -224,14 +236,14 @@ class GistStore:
 
         self._definitions = _load_definitions()
         self._objects = self._definitions.build_definitions(self.data_dir)
-        config_ = self._repo_config(online)
-        self.online = str(config_.online_store.type)
-        self._where = self._describe(config_)
+        repo_config = self._repo_config(online)
+        self.online = str(repo_config.online_store.type)
+        self._where = self._describe(repo_config)
         try:
             # Feast creates only the last path component itself.
             self.data_dir.mkdir(parents=True, exist_ok=True)
             # Reads the registry, creating an empty one in a fresh data dir; Redis is not contacted yet.
-            self._store: FeatureStore = FeatureStore(config=config_)
+            self._store: FeatureStore = FeatureStore(config=repo_config)
         except OSError as e:
             raise FeatureStoreUnavailableError(f"feast data dir {self.data_dir}: {e}") from e
         # One lock for every Feast call: the SQLite store shares one connection across threads, and a
@@ -287,7 +299,7 @@ class GistStore:
         with self._lock:
             try:
                 yield
-            except (redis.exceptions.RedisError, sqlite3.Error, OSError) as e:
+            except _UNAVAILABLE as e:
                 raise FeatureStoreUnavailableError(f"{self._where}: {e}") from e
             except FeastObjectNotFoundException as e:
                 raise FeatureStoreUnavailableError(

@@ -193,6 +193,22 @@ def test_redis_down_raises_unavailable(tmp_path: Path) -> None:
         gist_store.stored_fingerprints(["a"])
 
 
+@pytest.mark.redis
+@pytest.mark.scale
+def test_a_cluster_down_raises_unavailable(tmp_path: Path) -> None:
+    """A Redis Cluster that stops answering is "unavailable" (serving recomputes, the consumer retries),
+    not an unexpected error."""
+    with redis_cluster(tmp_path / "cluster", masters=3) as running:
+        gist_store = GistStore(config=feast_cluster_config(tmp_path / "repo", running.nodes))
+        gist_store.apply()
+        gist_store.write([row("a")])
+        assert gist_store.read(["a"]) == {"a": row("a")}
+    with pytest.raises(FeatureStoreUnavailableError, match="redis_cluster online store"):
+        gist_store.read(["a"])
+    with pytest.raises(FeatureStoreUnavailableError):
+        gist_store.write([row("a", version=2)])
+
+
 def test_row_validation() -> None:
     with pytest.raises(ValueError, match="required"):
         GistRow("a", b"", "fp", 8, 1, "ch", 1)
