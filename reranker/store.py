@@ -259,7 +259,7 @@ class GistStore:
         online = os.environ.get(ONLINE_ENV, "sqlite")
         if online not in ("sqlite", "redis"):
             raise ValueError(f"${ONLINE_ENV} must be 'sqlite' or 'redis', got {online!r}")
-        return cls(online=online, redis_url=os.environ.get(REDIS_URL_ENV))  # type: ignore[arg-type]
+        return cls(online=online, redis_url=os.environ.get(REDIS_URL_ENV))
 
     def _repo_config(self, online: Online) -> RepoConfig:
         from feast import RepoConfig

@@ -402,8 +402,8 @@ def _gist_systems(
             prefixes = _SharedPass(prefix_reader(reader, budgets[-1]), budgets)
         for budget in budgets:
             # scored by this reader's body and head: two students' prefix controls of one budget differ,
-            # unless they read through one body and head (select students of one base): then they have
-            # one key, and only the first is compressed and scored (`score_queries`)
+            # unless they read through one body and head — a select group gets one control per budget
+            # (`student_systems`); any others with one key are scored once (`score_queries`)
             control = _kv_system(
                 texts_by_id,
                 lambda b=budget, pp=prefixes: pp.reader(b),

@@ -133,7 +133,7 @@ class GistRuntime:
             store = (
                 GistStore(config=params.feast_config)
                 if params.feast_config
-                else GistStore(params.feast_dir or None, params.feast_online, params.redis_url or None)  # type: ignore[arg-type]
+                else GistStore(params.feast_dir or None, params.feast_online, params.redis_url or None)
             )
             try:
                 store.apply()  # a no-op when the consumer (or an earlier start) registered the view
