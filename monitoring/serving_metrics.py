@@ -25,7 +25,7 @@ RECOMPUTE_REASONS = (
     "no_feast",  # the server runs without an online store (feast_online = none)
 )
 CANDIDATE_ERRORS = ("unknown_item", "catalog_unavailable", "recompute_failed")
-WRITEBACK_RESULTS = ("written", "skipped", "failed", "dropped")
+REFRESH_RESULTS = ("published", "failed", "dropped")
 REQUEST_OUTCOMES = ("ok", "invalid", "error")
 STAGES = ("fetch", "model", "total")
 SHADOW_OUTCOMES = ("compared", "dropped", "failed")
@@ -50,9 +50,10 @@ CANDIDATE_ERROR_COUNT = Counter(
     "Candidates answered with an error status instead of a score.",
     ["code"],
 )
-WRITEBACKS = Counter(
-    "gistrank_feast_writebacks_total",
-    "Recomputed K/V rows handed to the background Feast write-back, by result.",
+REFRESH_REQUESTS = Counter(
+    "gistrank_refresh_requests_total",
+    "Recomputed items handed to the consumer group as refresh events on the change topic, by result "
+    "(serving never writes the store itself).",
     ["result"],
 )
 L1_BYTES = Gauge("gistrank_l1_cache_bytes", "Bytes of decoded K/V held by the in-process L1 cache.")
@@ -100,8 +101,8 @@ for _reason in RECOMPUTE_REASONS:
     RECOMPUTES.labels(reason=_reason)
 for _code in CANDIDATE_ERRORS:
     CANDIDATE_ERROR_COUNT.labels(code=_code)
-for _result in WRITEBACK_RESULTS:
-    WRITEBACKS.labels(result=_result)
+for _result in REFRESH_RESULTS:
+    REFRESH_REQUESTS.labels(result=_result)
 for _outcome in REQUEST_OUTCOMES:
     REQUESTS.labels(outcome=_outcome)
 for _stage in STAGES:

@@ -4,7 +4,8 @@ One batch, in order (`GistConsumer.process_batch`):
 
 1. validate every record with the event schema; a bad one becomes a dead-letter record with its reason
 2. coalesce per item: the newest version in the batch wins, older ones are skipped as superseded
-3. compare with the store (one batched read): a version the store already has or has passed is stale;
+3. compare with the store (one batched read): a version the store already has or has passed is stale
+   (for a serving replica's refresh request only if the stored row is also usable, see `streaming.events`);
    same content hash + fingerprint as stored is unchanged (rewritten under the new version with the stored
    bytes, no compression); everything else is rendered (`render_item`) and compressed in batches
 4. push the rows and tombstones to Feast (`GistStore.write` / `delete`, version-guarded and idempotent)
@@ -374,18 +375,25 @@ class GistConsumer:
         compress: list[_Pending] = []
         for pending in upserts:
             event, row = pending.event, stored.get(pending.event.item_id)
-            # Same version and model: already written (a redelivery); higher version: a newer event won.
-            # A tombstone reads as None, so an upsert older than a delete is compressed, then refused.
-            if row is not None and (
-                row.version > event.version
-                or (row.version == event.version and row.fingerprint == self.fingerprint)
-            ):
+            if row is not None and row.version > event.version:  # a newer event won
+                result.skipped["stale"] += 1
+                continue
+            # The stored blob may be kept only if it is this model's, and, for a refresh request (sent by a
+            # replica that could not use it), only once it decodes.
+            ours = (
+                row is not None
+                and row.fingerprint == self.fingerprint
+                and (not event.refresh or self._usable(row))
+            )
+            # Same version and model: already written (a redelivery). A tombstone reads as None, so an
+            # upsert older than a delete is compressed, then refused by the store.
+            if ours and row.version == event.version:
                 result.skipped["stale"] += 1
                 continue
             fields = event.fields
             assert fields is not None  # the schema requires fields on upserts
             digest = content_hash(fields.title, fields.attributes, fields.description)
-            if row is not None and row.content_hash == digest and row.fingerprint == self.fingerprint:
+            if ours and row.content_hash == digest:
                 # Same text, same model → same K/V. Still written, so the store's version moves on and a
                 # stale event arriving later cannot replace it.
                 reuse.append(dataclasses.replace(row, version=event.version))
@@ -393,6 +401,22 @@ class GistConsumer:
             else:
                 compress.append(pending)
         return reuse, compress
+
+    def _usable(self, row: GistRow) -> bool:
+        """Whether a stored row decodes and fits the model. Asked only for refresh requests: the replica
+        that sent one may have found this very row unusable (a corrupt blob) at the version it holds."""
+        from reranker.core import kv_codec
+        from reranker.core.errors import GistRankError
+
+        try:
+            decoded = kv_codec.decode(
+                row.kv, expected_fingerprint=self.fingerprint, dtype=self.model.kv_dtype
+            )
+            self.model.check_kv([decoded.kv])
+        except GistRankError as exc:
+            log.warning("stored row of %r is unusable, recompressing: %s", row.item_id, exc)
+            return False
+        return True
 
     def _compress(self, pending: list[_Pending]) -> tuple[list[GistRow], list[DeadLetter]]:
         """Render and compress the whole batch in `compress_batch_size` forwards; encode each K/V.

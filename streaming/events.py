@@ -12,6 +12,11 @@ Wire format: Kafka key = the item id (UTF-8), value = one JSON object
   timestamps are normalised to UTC. (Epoch numbers are rejected rather than guessed as s or ms.)
 * `fields` carries the item's full state, never a delta, so a consumer can render the item without
   reading the catalog. Required for upsert; ignored (and dropped) for delete.
+* `refresh` (optional, default false) marks a request from a serving replica that found no usable row for
+  the item and recomputed it on the request path: the replica publishes the catalog's current state of
+  the item with `"refresh": true` instead of writing the store itself, so the consumer group stays the
+  only writer. The consumer then recompresses unless the store already holds a usable row at this
+  version or a newer one.
 * Unknown top-level or `fields` keys are ignored, so producers can add keys without sending every
   older consumer's traffic to the dead-letter topic.
 
@@ -202,6 +207,7 @@ class ChangeEvent(BaseModel):
     version: Version
     timestamp: Timestamp
     fields: ItemFields | None = None
+    refresh: Annotated[bool, Field(strict=True)] = False
 
     @model_validator(mode="before")
     @classmethod
@@ -313,5 +319,7 @@ def encode_event(event: ChangeEvent) -> tuple[bytes, bytes]:
     }
     if event.fields is not None:
         body["fields"] = event.fields.model_dump()
+    if event.refresh:
+        body["refresh"] = True
     value = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return event.item_id.encode("utf-8"), value.encode("utf-8")

@@ -6,7 +6,8 @@ Import as `from helpers import ...` (pytest puts tests/ on sys.path, as for tiny
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,10 @@ from reranker import GistReranker
 from reranker.core.kv import GistKV
 from reranker.core.model import QueryTail
 from reranker.core.render import render_item
-from reranker.serving.lookup import ByteLRU, FeastWriteBack, KVLookup
+from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.store import GistRow, GistStore
 from streaming.catalog import Catalog
+from streaming.events import ChangeEvent
 
 # ------------------------------------------------------------------------------------ model inputs
 ITEMS = [
@@ -76,15 +78,21 @@ def catalog_row(catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None =
 
 
 class CountingStore(GistStore):
-    """A real GistStore (real Feast online store) that counts its reads: which lookups reach Feast."""
+    """A real GistStore (real Feast online store) that counts its reads and writes: which lookups reach
+    Feast, and that serving never writes it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.reads = 0
+        self.writes = 0
 
     def read(self, item_ids: Sequence[str]) -> dict[str, GistRow | None]:
         self.reads += 1
         return super().read(item_ids)
+
+    def write(self, rows: Sequence[GistRow]) -> Any:
+        self.writes += 1
+        return super().write(rows)
 
 
 # ----------------------------------------------------------------------------------------- serving
@@ -96,12 +104,45 @@ class FakeClock:
         return self.now
 
 
+class RecordingSink:
+    """Where a lookup's refresh requests go in unit tests: kept in order (`events`), or refused with
+    `fail`. The path through a real broker to the consumer is tested in test_streaming / test_triton."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.events: list[ChangeEvent] = []
+        self.fail = fail
+        self.closed = False
+
+    def send(self, event: ChangeEvent) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.events.append(event)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def make_lookup(model, catalog, store=None, clock=None, l1_bytes=1 << 24):
-    """A `KVLookup` over `model` and `catalog` (L1 TTL 60 s on `clock`); with `store`, its write-back."""
+    """A `KVLookup` over `model` and `catalog` (L1 TTL 60 s on `clock`) whose refresh requests are
+    recorded: → (lookup, sink). `lookup.refresh.drain(t)` waits for them, `.close()` stops the thread."""
     clock = clock or FakeClock()
-    writeback = FeastWriteBack(store) if store is not None else None
-    lookup = KVLookup(model, ByteLRU(l1_bytes, 60.0, clock), catalog, store, writeback, clock=clock)
-    return lookup, writeback
+    sink = RecordingSink()
+    refresh = RefreshRequests(sink)
+    lookup = KVLookup(model, ByteLRU(l1_bytes, 60.0, clock), catalog, store, refresh, clock=clock)
+    return lookup, sink
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout_s: float = 60.0, what: str = "condition", every_s: float = 0.1
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(every_s)
 
 
 def metric(name: str, **labels: str) -> float:

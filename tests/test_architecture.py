@@ -6,7 +6,8 @@ the lazy ones inside functions and those under TYPE_CHECKING.
     streaming             catalog → Kafka → Feast rows: core, store, monitoring
     reranker.training     core, store, and the ranking metrics
     reranker.evaluation   core, store, training, and the benchmark harness's table printer
-    reranker.serving      core, store, the catalog and event schema (recompute, request ids), metrics
+    reranker.serving      core, store, the catalog, event schema and publisher (recompute, refresh
+                          requests), metrics
     monitoring            nothing of the project
     reranker.bench / demo / cli   entry points on top: anything
 """
@@ -47,6 +48,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "reranker.evaluation.ranking_metrics",
         "streaming.catalog",
         "streaming.events",
+        "streaming.kafka_settings",
+        "streaming.publisher",
         "monitoring",
     ),
     "monitoring": ("monitoring",),

@@ -1,6 +1,6 @@
 """reranker/serving/lookup.py: the L1 byte bound, the three lookup tiers (L1, Feast, recompute) and
-the Feast write-back, against real Feast stores (SQLite; a real redis-server for the outage) and a real
-SQLite catalog."""
+the refresh requests that replace a write-back, against real Feast stores (SQLite; a real redis-server for
+the outage) and a real SQLite catalog. Serving never writes the store: every test checks it."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import threading
 
 import pytest
 import torch
-from helpers import CountingStore, FakeClock, catalog_row, make_lookup, metric, text_of
+from helpers import CountingStore, FakeClock, RecordingSink, catalog_row, make_lookup, metric, text_of
 from services import RedisServer
 from sqlalchemy.exc import OperationalError
 
 from reranker.core import kv_codec
 from reranker.core.errors import EmptyInputError
 from reranker.core.kv import GistKV
-from reranker.serving.lookup import ByteLRU, FeastWriteBack, WriteBackJob
+from reranker.serving.lookup import ByteLRU, RefreshRequests
 from reranker.serving.status import Status
 from reranker.store import GistRow
 from streaming.catalog import Catalog
@@ -73,15 +73,25 @@ def test_l1_rejects_bad_settings() -> None:
 
 
 # -------------------------------------------------------------------------------------- lookup tiers
-def test_feast_miss_recomputes_writes_back_and_then_hits_l1(tiny_model, catalog, feast_store) -> None:
+def assert_refresh_requests(sink: RecordingSink, catalog: Catalog, ids: list[str]) -> None:
+    """`sink` got exactly one refresh request per id: the catalog's current state of the item."""
+    assert [e.item_id for e in sink.events] == ids
+    for event in sink.events:
+        assert event.refresh and event.op == "upsert"
+        assert (
+            event.model_copy(update={"refresh": False}) == catalog.get([event.item_id])[event.item_id].event()
+        )
+
+
+def test_feast_miss_recomputes_asks_for_a_refresh_and_then_hits_l1(tiny_model, catalog, feast_store) -> None:
     store = feast_store
-    lookup, writeback = make_lookup(tiny_model, catalog, store)
+    lookup, sink = make_lookup(tiny_model, catalog, store)
     ids = ["item-0", "item-1", "item-2"]
     before = {
         "miss": metric("gistrank_recompute_fallbacks_total", reason="feast_miss"),
         "l1_miss": metric("gistrank_cache_misses_total", tier="l1"),
         "l1_hit": metric("gistrank_cache_hits_total", tier="l1"),
-        "written": metric("gistrank_feast_writebacks_total", result="written"),
+        "published": metric("gistrank_refresh_requests_total", result="published"),
     }
     first = lookup.fetch(ids)
     assert [first[i].status for i in ids] == [Status.RECOMPUTE] * 3
@@ -91,33 +101,30 @@ def test_feast_miss_recomputes_writes_back_and_then_hits_l1(tiny_model, catalog,
     assert metric("gistrank_recompute_fallbacks_total", reason="feast_miss") == before["miss"] + 3
     assert metric("gistrank_cache_misses_total", tier="l1") == before["l1_miss"] + 3
 
-    assert writeback.drain(10)
-    assert metric("gistrank_feast_writebacks_total", result="written") == before["written"] + 3
-    stored = store.read(ids)
-    for i in ids:
-        row = stored[i]
-        assert row is not None
-        decoded = kv_codec.decode(row.kv, expected_fingerprint=tiny_model.fingerprint)
-        assert row.fingerprint == tiny_model.fingerprint
-        assert row.content_hash == catalog.get([i])[i].content_hash == decoded.content_hash
-        assert row.version == catalog.get([i])[i].version
+    assert lookup.refresh.drain(10)
+    assert metric("gistrank_refresh_requests_total", result="published") == before["published"] + 3
+    assert_refresh_requests(sink, catalog, ids)
+    assert store.writes == 0 and store.read(ids) == dict.fromkeys(ids)  # the consumer writes, not serving
 
     reads = store.reads
     second = lookup.fetch(ids + ids)  # duplicates collapse
     assert set(second) == set(ids) and all(r.status is Status.L1 for r in second.values())
     assert store.reads == reads  # L1 hits never reach Feast
     assert metric("gistrank_cache_hits_total", tier="l1") == before["l1_hit"] + 3
-    writeback.close()
+    assert len(sink.events) == 3  # and ask for nothing
+    lookup.refresh.close()
+    assert sink.closed
 
 
 def test_feast_hit_is_decoded_and_cached_in_l1(tiny_model, catalog, feast_store) -> None:
     feast_store.write([row_for(tiny_model, catalog, "item-3")])
-    lookup, writeback = make_lookup(tiny_model, catalog, feast_store)
+    lookup, sink = make_lookup(tiny_model, catalog, feast_store)
     hits = metric("gistrank_cache_hits_total", tier="feast")
     assert lookup.fetch(["item-3"])["item-3"].status is Status.FEAST
     assert metric("gistrank_cache_hits_total", tier="feast") == hits + 1
     assert lookup.fetch(["item-3"])["item-3"].status is Status.L1
-    writeback.close()
+    assert lookup.refresh.drain(10) and sink.events == []  # a hit asks for no refresh
+    lookup.refresh.close()
 
 
 def _foreign_kv(kv: GistKV) -> GistKV:
@@ -158,44 +165,41 @@ def test_unusable_feast_rows_are_recomputed_and_counted(
             kv=kv.kv[:, :, :, :2].contiguous(), fingerprint=kv.fingerprint, item_tokens=kv.item_tokens
         )
         row = GistRow(**{**good.__dict__, "kv": kv_codec.encode(cut, good.content_hash)})
-    # the damaged row has the catalog's version: the write-back, at that version too, replaces it by the
-    # store's rule (same version, other bytes), which the end of the test checks
+    # the damaged row has the catalog's version: the refresh request at that version too must make the
+    # consumer replace it (test_streaming: a refresh over an unusable row), so serving leaves it alone
     store = feast_store
     assert store.write([row]).written == ("item-4",)
-    lookup, writeback = make_lookup(tiny_model, catalog, store)
+    writes = store.writes
+    lookup, sink = make_lookup(tiny_model, catalog, store)
     before = metric("gistrank_recompute_fallbacks_total", reason=reason)
     got = lookup.fetch(["item-4"])["item-4"]
     assert got.status is Status.RECOMPUTE
     torch.testing.assert_close(got.kv.kv, kv.kv, rtol=1e-5, atol=1e-6)  # the recomputed K/V, not the row's
     assert got.kv.fingerprint == tiny_model.fingerprint
     assert metric("gistrank_recompute_fallbacks_total", reason=reason) == before + 1
-    assert writeback.drain(10)
-    # the write-back replaced the unusable row with a good one
-    stored = store.read(["item-4"])["item-4"]
-    assert stored is not None
-    rewritten = kv_codec.decode(stored.kv, expected_fingerprint=tiny_model.fingerprint)
-    torch.testing.assert_close(rewritten.kv.kv, kv.kv, rtol=1e-5, atol=1e-6)
-    writeback.close()
+    assert lookup.refresh.drain(10)
+    assert_refresh_requests(sink, catalog, ["item-4"])
+    assert store.writes == writes and store.read(["item-4"])["item-4"] == row
+    lookup.refresh.close()
 
 
 @pytest.mark.redis
 def test_feast_unavailable_recomputes_and_backs_off(tiny_model, catalog, tmp_path) -> None:
-    """A real Redis online store, stopped: reads and write-backs fail and are counted, the store is not
-    asked again within feast_retry_s, and once Redis is back (and the back-off over) rows are hits."""
+    """A real Redis online store, stopped: reads fail and are counted, the store is not asked again within
+    feast_retry_s, and once Redis is back (and the back-off over) rows are hits."""
     redis_proc = RedisServer(tmp_path / "redis").start()
     try:
         store = CountingStore(tmp_path / "feast", online="redis", redis_url=redis_proc.url)
         store.apply()
         redis_proc.stop()
         clock = FakeClock()
-        lookup, writeback = make_lookup(tiny_model, catalog, store, clock)
+        lookup, sink = make_lookup(tiny_model, catalog, store, clock)
         before = metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable")
-        failed = metric("gistrank_feast_writebacks_total", result="failed")
         got = lookup.fetch(["item-0", "item-1"])
         assert all(r.status is Status.RECOMPUTE for r in got.values())
         assert metric("gistrank_recompute_fallbacks_total", reason="feast_unavailable") == before + 2
-        assert writeback.drain(30)
-        assert metric("gistrank_feast_writebacks_total", result="failed") == failed + 2
+        assert lookup.refresh.drain(10)
+        assert_refresh_requests(sink, catalog, ["item-0", "item-1"])  # the consumer retries its write
 
         reads = store.reads
         assert lookup.fetch(["item-2"])["item-2"].status is Status.RECOMPUTE
@@ -204,7 +208,7 @@ def test_feast_unavailable_recomputes_and_backs_off(tiny_model, catalog, tmp_pat
         clock.now += lookup.feast_retry_s
         store.write([row_for(tiny_model, catalog, "item-3")])
         assert lookup.fetch(["item-3"])["item-3"].status is Status.FEAST
-        writeback.close()
+        lookup.refresh.close()
     finally:
         redis_proc.stop()
 
@@ -246,22 +250,30 @@ def test_one_uncompressible_item_does_not_fail_the_others(tiny_model, catalog) -
     assert got["item-0"].status is Status.RECOMPUTE and got["item-2"].status is Status.RECOMPUTE
 
 
-def test_writeback_queue_full_drops_and_counts(tiny_model, tmp_path) -> None:
+def test_refresh_queue_full_drops_and_failed_publishes_are_counted(catalog) -> None:
     gate = threading.Event()
 
-    class SlowStore(CountingStore):
-        def write(self, rows):
+    class SlowSink(RecordingSink):
+        def send(self, event):
             gate.wait(10)
-            return super().write(rows)
+            super().send(event)
 
-    store = SlowStore(tmp_path / "feast")
-    store.apply()
-    writeback = FeastWriteBack(store, maxsize=1)
-    job = [WriteBackJob("item-0", fake_kv(64, tiny_model.fingerprint), "h", 1)]
-    dropped = metric("gistrank_feast_writebacks_total", result="dropped")
-    for _ in range(4):  # one being written, one queued, the rest refused
-        writeback.submit(job)
-    assert metric("gistrank_feast_writebacks_total", result="dropped") >= dropped + 1
+    sink = SlowSink()
+    refresh = RefreshRequests(sink, maxsize=1)
+    events = [catalog.get(["item-0"])["item-0"].event().model_copy(update={"refresh": True})]
+    dropped = metric("gistrank_refresh_requests_total", result="dropped")
+    for _ in range(4):  # one being published, one queued, the rest refused
+        refresh.submit(events)
+    refused = metric("gistrank_refresh_requests_total", result="dropped") - dropped
+    assert refused >= 2  # submit never waits for the slow sink
     gate.set()
-    assert writeback.drain(10)
-    writeback.close()
+    assert refresh.drain(10)
+    assert len(sink.events) + refused == 4  # every request either published or counted as dropped
+    refresh.close()
+
+    failing = RefreshRequests(RecordingSink(fail=RuntimeError("broker gone")))
+    failed = metric("gistrank_refresh_requests_total", result="failed")
+    failing.submit(events * 2)
+    assert failing.drain(10)
+    assert metric("gistrank_refresh_requests_total", result="failed") == failed + 2
+    failing.close()

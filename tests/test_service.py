@@ -17,7 +17,7 @@ from reranker.serving.status import Status
 def test_gist_service_scores_like_the_model_and_reports_per_candidate_errors(
     tiny_model, catalog, feast_store
 ) -> None:
-    lookup, writeback = make_lookup(tiny_model, catalog, feast_store)
+    lookup, _ = make_lookup(tiny_model, catalog, feast_store)
 
     def score_full(query, ids):
         return tiny_model.score_full(query, [text_of(catalog, i) for i in ids]).tolist()
@@ -50,7 +50,7 @@ def test_gist_service_scores_like_the_model_and_reports_per_candidate_errors(
         service.handle(bytes_array([("word " * 200).encode()]), bytes_array([b"item-0"]))
     assert metric("gistrank_rerank_requests_total", outcome="invalid") == invalid + 1
     shadow.close()
-    writeback.close()
+    lookup.refresh.close()
 
 
 def test_full_service_scores_catalog_text_with_the_full_context_model(tiny_model, catalog) -> None:

@@ -5,38 +5,38 @@ model. Each test gets its own topics and consumer group on the module's broker, 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
-import queue
 import re
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from helpers import metric, wait_until
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.errors import KafkaError
 from kafka.structs import ConsumerGroupMetadata, MemberState
-from prometheus_client import REGISTRY
-from services import RedisServer
+from services import WAIT_S, ConsumerProcess, Probe, RedisServer, free_port, kafka_env
 from typer.testing import CliRunner
 
 from reranker import GistConfig, GistReranker
 from reranker.core import kv_codec
 from reranker.core.render import content_hash, render_item
+from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.store import GistStore
 from streaming.broker import KafkaBroker
 from streaming.catalog import Catalog
@@ -51,22 +51,9 @@ pytestmark = pytest.mark.kafka
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CATALOG = REPO / "reranker" / "demo" / "data" / "sample_catalog.jsonl"
-WAIT_S = 120.0  # generous: subprocess start (torch + feast imports) is slow on a busy 2-core machine
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(every_s)
-
-
-def metric(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
 def fields(title: str, description: str = "", **attributes: Any) -> ItemFields:
     return ItemFields(title=title, attributes=attributes, description=description)
 
@@ -95,61 +82,6 @@ def assert_row_is_direct_compress(
     assert (row.item_tokens, row.num_gist) == (expected.item_tokens, expected.num_gist)
     # Batch composition changes padding, so allow float noise, nothing more.
     torch.testing.assert_close(decoded.kv.kv, expected.kv, rtol=1e-4, atol=1e-5)
-
-
-class Probe:
-    """Read-only view of a test's topics and group: end offsets, committed offsets, dead-letter records."""
-
-    def __init__(self, settings: KafkaSettings) -> None:
-        self.settings = settings
-        self.admin = KafkaAdminClient(**settings.admin_kwargs())
-        self.reader = KafkaConsumer(**settings.client_kwargs())
-
-    def close(self) -> None:
-        self.admin.close()
-        self.reader.close()
-
-    def _partitions(self, topic: str) -> list[TopicPartition]:
-        return [TopicPartition(topic, p) for p in sorted(self.reader.partitions_for_topic(topic) or ())]
-
-    def end_offsets(self) -> dict[TopicPartition, int]:
-        return self.reader.end_offsets(self._partitions(self.settings.topic))
-
-    def committed(self) -> dict[TopicPartition, int]:
-        try:
-            offsets = self.admin.list_group_offsets({self.settings.group_id: None})[self.settings.group_id]
-        except KafkaError as exc:
-            if exc.retriable:  # e.g. the group coordinator is still being set up: nothing committed yet
-                return {}
-            raise
-        return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
-
-    def stable_members(self) -> int:
-        """Members of the test's group once it has settled (0 while it rebalances or is empty)."""
-        try:
-            group = self.admin.describe_groups([self.settings.group_id])[self.settings.group_id]
-        except KafkaError as exc:
-            if exc.retriable:  # e.g. the group coordinator is still being set up
-                return 0
-            raise
-        return len(group["members"]) if group.get("group_state") == "Stable" else 0
-
-    def caught_up(self) -> bool:
-        committed = self.committed()
-        return all(committed.get(tp, 0) == end for tp, end in self.end_offsets().items())
-
-    def dead_letters(self) -> list[ConsumerRecord]:
-        partitions = self._partitions(self.settings.dlq_topic)
-        self.reader.assign(partitions)
-        self.reader.seek_to_beginning(*partitions)
-        end = self.reader.end_offsets(partitions)
-        records: list[ConsumerRecord] = []
-        deadline = time.monotonic() + 30
-        while any(self.reader.position(tp) < end[tp] for tp in partitions):
-            assert time.monotonic() < deadline, "could not read the dead-letter topic"
-            for batch in self.reader.poll(timeout_ms=500).values():
-                records.extend(batch)
-        return records  # one partition: in the order they were dead-lettered
 
 
 class Running:
@@ -190,12 +122,7 @@ def consume_all(
 
 
 def cli(args: list[str], settings: KafkaSettings) -> str:
-    env = {
-        "GISTRANK_KAFKA_TOPIC": settings.topic,
-        "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic,
-        "GISTRANK_KAFKA_GROUP_ID": settings.group_id,
-    }
-    result = CliRunner().invoke(cli_app, [*args], env=env, catch_exceptions=False)
+    result = CliRunner().invoke(cli_app, [*args], env=kafka_env(settings), catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -555,97 +482,6 @@ def test_consumer_rejoins_when_kafka_python_loses_a_rebalance(
     assert_row_is_direct_compress(store, tiny_model, "s", fields("stuck"), 1)
 
 
-class ConsumerProcess:
-    """`python -m streaming.cli consume` as a real subprocess; its stderr (the log) is read as it comes."""
-
-    def __init__(self, settings: KafkaSettings, checkpoint: Path, feast_dir: Path, metrics_port: int) -> None:
-        env = os.environ | {
-            "GISTRANK_KAFKA_TOPIC": settings.topic,
-            "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic,
-            "GISTRANK_KAFKA_GROUP_ID": settings.group_id,
-            "GISTRANK_KAFKA_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
-            "GISTRANK_LOG_LEVEL": "DEBUG",  # each batch's offsets as it starts
-            "PYTHONUNBUFFERED": "1",
-        }
-        args = [sys.executable, "-m", "streaming.cli", "consume", "--model", str(checkpoint)]
-        args += ["--feast-dir", str(feast_dir), "--bootstrap-servers", settings.bootstrap_servers]
-        args += ["--batch-size", "8", "--compress-batch-size", "4", "--no-create-topics"]
-        args += ["--metrics-port", str(metrics_port)]
-        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.log: list[str] = []
-        self._pump = threading.Thread(target=self._read_stderr, daemon=True)
-        self._pump.start()
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            line = raw.decode("utf-8", "replace")
-            self.log.append(line)
-            self.lines.put(line)
-
-    def wait_for_batches(self, count: int, timeout_s: float = WAIT_S) -> None:
-        """Block until the consumer has logged `count` more committed batches."""
-        deadline = time.monotonic() + timeout_s
-        while count:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.proc.kill()
-                raise AssertionError("consumer logged no batch in time:\n" + "".join(self.log)) from None
-            count -= BATCH_LINE.search(line) is not None
-
-    def freeze_inside_batch(self, timeout_s: float = WAIT_S) -> dict[str, list[int]]:
-        """SIGSTOP the process as soon as a batch has started and before it commits; return that batch's
-        offsets per partition ("topic[p]" → [first, last]). A batch that commits before the stop lands
-        (the log shows it) is let go (SIGCONT), and the next one is caught."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            started = PROCESSING_LINE.search(line)
-            if started is None:
-                continue
-            os.kill(self.proc.pid, signal.SIGSTOP)
-            time.sleep(0.5)  # what it wrote before the stop reaches the log
-            later = []
-            while not self.lines.empty():
-                later.append(self.lines.get())
-            if any(BATCH_LINE.search(x) for x in later):
-                os.kill(self.proc.pid, signal.SIGCONT)
-                continue
-            return json.loads(started.group(1))
-        raise AssertionError("no batch caught before its commit:\n" + "".join(self.log))
-
-    def processed_spans(self) -> list[dict[str, list[int]]]:
-        """The offsets of every batch this process started, in order."""
-        return [json.loads(m.group(1)) for line in self.log if (m := PROCESSING_LINE.search(line))]
-
-    def finish(self, sig: signal.Signals, timeout_s: float = 60) -> tuple[int, str]:
-        """Send `sig`, wait for the exit; returns the exit status and stdout (the log stays in .log)."""
-        self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=timeout_s)
-        self._pump.join(timeout=10)  # the rest of the log
-        assert self.proc.stdout is not None
-        return rc, self.proc.stdout.read().decode()  # a line or two: it cannot have filled the pipe
-
-    def committed_records(self) -> int:
-        """Records in the batches this process logged as committed."""
-        return sum(int(m.group(1)) for line in self.log if (m := BATCH_LINE.search(line)))
-
-
-BATCH_LINE = re.compile(r"streaming\.consumer: batch of (\d+) records")
-PROCESSING_LINE = re.compile(r"streaming\.consumer: processing \d+ records: offsets (\{.*\})")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
     settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -791,6 +627,132 @@ def test_a_store_outage_under_a_live_consumer_is_retried_and_committed_only_afte
             assert_row_is_direct_compress(store, tiny_model, item_id, item, 2)
     finally:
         redis_proc.stop()
+
+
+def test_a_refresh_request_replaces_an_unusable_row_and_leaves_a_usable_one(
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker
+) -> None:
+    """A serving replica's refresh request at the stored version: the consumer recompresses when the
+    stored row does not decode (what made the replica recompute), and skips it when the row is fine. A
+    plain upsert at the stored version is skipped either way (a redelivery)."""
+    good, bad = fields("Good row", "stays"), fields("Bad row", "gets repaired")
+    publish_events(settings, [upsert("good", 2, good), upsert("bad", 2, bad)])
+    consume_all(probe, tiny_model, store)
+    row = store.read(["bad"])["bad"]
+    assert row is not None
+    store.write([dataclasses.replace(row, kv=row.kv[:-16])])  # a damaged blob behind truthful columns
+    before = {item_id: store.read([item_id])[item_id] for item_id in ("good", "bad")}
+
+    publish_events(settings, [upsert("bad", 2, bad)])  # not a refresh: a redelivery, skipped
+    consume_all(probe, tiny_model, store)
+    assert store.read(["bad"])["bad"] == before["bad"]
+
+    stale = metric("gistrank_consumer_events_skipped_total", reason="stale")
+    refresh = [
+        upsert(i, 2, f).model_copy(update={"refresh": True}) for i, f in (("good", good), ("bad", bad))
+    ]
+    publish_events(settings, refresh)
+    consume_all(probe, tiny_model, store)
+    assert store.read(["good"])["good"] == before["good"]  # usable: not rewritten
+    assert_row_is_direct_compress(store, tiny_model, "bad", bad, 2)  # repaired at the same version
+    assert metric("gistrank_consumer_events_skipped_total", reason="stale") - stale == 1
+
+
+class HeldRefreshes:
+    """A serving replica's refresh sink that holds each request until the test publishes it, through the
+    replica's own producer: requests computed from an old catalog read go out late and out of order."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.held: list[ChangeEvent] = []
+        self.publisher = EventPublisher(settings)
+
+    def send(self, event: ChangeEvent) -> None:
+        self.held.append(event)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.publisher.close()
+
+    def release(self, index: int) -> None:
+        self.publisher.send(self.held.pop(index % len(self.held)))
+        self.publisher.flush()
+
+
+# One step of a catalog / replica interleaving: (kind, item number).
+_RACE_STEP = st.tuples(st.sampled_from(["change", "delete", "serve", "release"]), st.integers(0, 7))
+
+
+@pytest.mark.scale
+@hypothesis_settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(_RACE_STEP, min_size=4, max_size=16))
+def test_refresh_requests_racing_catalog_changes_never_leave_an_older_version(
+    race: tuple[KafkaSettings, Probe, Catalog, GistStore, KVLookup, HeldRefreshes, EventPublisher],
+    steps: list[tuple[str, int]],
+) -> None:
+    """One writer per item, over interleavings: the catalog changes and deletes items and publishes each
+    change; a serving replica (KVLookup, real recompute) reads the catalog at any moment and its refresh
+    requests reach the topic late and out of order; a consumer process (the only writer) runs throughout.
+    Once it has caught up, every item's row is the catalog's latest version (or gone, if deleted): no
+    refresh computed from an older read ever wins."""
+    _settings, probe, catalog, store, replica, sink, changes = race
+    prefix = uuid.uuid4().hex[:6]  # each example its own items
+    ids = [f"race-{prefix}-{n}" for n in range(3)]
+    for item_id in ids:
+        changes.send(catalog.upsert(item_id, f"{item_id} first", {"n": 0}, "first state"))
+    for kind, n in steps:
+        item_id = ids[n % len(ids)]
+        if kind == "change":
+            changes.send(catalog.upsert(item_id, f"{item_id} at step {n}", {"n": n}, "changed " * (n + 1)))
+        elif kind == "delete" and item_id in catalog.get([item_id]):
+            changes.send(catalog.delete(item_id))
+        elif kind == "serve":
+            replica.fetch([item_id])  # recompute (no store: every read misses) → a held refresh request
+            assert replica.refresh is not None and replica.refresh.drain(10)
+        elif kind == "release" and sink.held:
+            sink.release(n)
+        changes.flush()
+    while sink.held:
+        sink.release(-1)  # the rest, newest first: the oldest reads go out last
+    wait_until(probe.caught_up, WAIT_S, "the consumer process to process every event")
+    live = catalog.get(ids)
+    rows = store.read(ids)
+    for item_id in ids:
+        if item_id not in live:
+            assert rows[item_id] is None, f"{item_id} was deleted in the catalog but has a row"
+            continue
+        item, row = live[item_id], rows[item_id]
+        assert row is not None, f"{item_id} has no row"
+        assert (row.version, row.content_hash) == (item.version, item.content_hash), item_id
+
+
+@pytest.fixture
+def race(
+    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, checkpoint: Path, tmp_path: Path
+) -> Iterator[tuple[KafkaSettings, Probe, Catalog, GistStore, KVLookup, HeldRefreshes, EventPublisher]]:
+    """The parts of the refresh race: the consumer process, the catalog and its change feed, a replica."""
+    feast_dir = tmp_path / "feast"
+    store = GistStore(feast_dir)
+    store.apply()
+    writer = ConsumerProcess(settings, checkpoint, feast_dir, free_port())
+    sink = HeldRefreshes(settings)
+    replica = KVLookup(tiny_model, ByteLRU(0, 60.0), Catalog(f"sqlite:///{tmp_path / 'catalog.db'}"), None,
+                       RefreshRequests(sink))  # fmt: skip
+    changes = EventPublisher(settings)
+    try:
+        yield settings, probe, replica.catalog, store, replica, sink, changes
+        assert writer.proc.poll() is None, "".join(writer.log)
+    finally:
+        changes.close()
+        assert replica.refresh is not None
+        replica.refresh.close()
+        replica.catalog.close()
+        writer.finish(signal.SIGTERM)
 
 
 @pytest.mark.parametrize("outage", ["stop", "kill -9"])

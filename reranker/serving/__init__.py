@@ -2,9 +2,9 @@
 
 requests  decode and validate QUERY / ITEM_IDS tensors            (no Triton, no torch)
 status    the per-candidate STATUS values
-lookup    L1 byte-bounded LRU → Feast → recompute, write-back      (no Triton)
+lookup    L1 byte-bounded LRU → Feast → recompute → refresh request (no Triton)
 shadow    sampling + top-K overlap against the full-context model  (no Triton)
-worker    the bounded background thread behind write-back and shadow
+worker    the bounded background thread behind refresh requests and shadow
 service   one request end to end: the pieces above + scoring       (no Triton)
 runtime   build the services from a Triton model's parameters
 server    build a runnable model repository and run tritonserver

@@ -61,7 +61,13 @@ def serve(
         float, typer.Option(help="fraction of requests also scored by the full model")
     ] = 0.02,
     max_candidates: Annotated[int, typer.Option(help="most item ids per request")] = 200,
-    kv_storage_dtype: Annotated[str, typer.Option(help="write-back K/V dtype; default the model's")] = "",
+    kafka_bootstrap_servers: Annotated[
+        str,
+        typer.Option(
+            help="broker to hand recomputed items to as refresh requests for the consumer group (topic "
+            "and security from GISTRANK_KAFKA_*); default none: a recompute stays in this server's cache"
+        ),
+    ] = "",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     num_threads: Annotated[int, typer.Option(help="torch threads per model process; 0 = torch default")] = 0,
     host: Annotated[str, typer.Option(help="address every endpoint binds to")] = "127.0.0.1",
@@ -93,7 +99,7 @@ def serve(
             l1_ttl_s=l1_ttl_s,
             shadow_rate=shadow_rate,
             max_candidates=max_candidates,
-            kv_storage_dtype=kv_storage_dtype,
+            kafka_bootstrap_servers=kafka_bootstrap_servers,
             device=device,
             num_threads=num_threads,
             host=host,

@@ -9,7 +9,9 @@
   When the store is unavailable, every miss recomputes and the store is not asked again for
   `feast_retry_s`, so an outage costs one failed call per interval, not one per request.
 * L3 reads the items from the catalog, renders them and compresses them in one batched `compress`.
-  The result goes into L1 at once and to Feast through a background write-back (`FeastWriteBack`).
+  The result goes into L1 at once; the store is never written from here. Each recomputed item is handed
+  to the pipeline as a refresh request on the change topic (`RefreshRequests`), and the consumer that
+  owns the item writes its row under the version rules: one writer per item.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from monitoring.serving_metrics import (
     L1_ENTRIES,
     L1_EVICTIONS,
     RECOMPUTES,
-    WRITEBACKS,
+    REFRESH_REQUESTS,
 )
 from reranker.core import kv_codec
 from reranker.core.errors import GistRankError
@@ -39,7 +41,8 @@ from reranker.core.kv import GistKV
 from reranker.core.render import render_item
 from reranker.serving.status import Status
 from reranker.serving.worker import BackgroundWorker
-from reranker.store import FeatureStoreUnavailableError, GistRow, GistStore
+from reranker.store import FeatureStoreUnavailableError, GistStore
+from streaming.events import ChangeEvent
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,8 @@ class CatalogItem(Protocol):
     title: str
     attributes: dict[str, Any]
     description: str
-    content_hash: str
-    version: int
+
+    def event(self) -> ChangeEvent: ...
 
 
 class ItemSource(Protocol):
@@ -135,54 +138,53 @@ class ByteLRU:
         L1_ENTRIES.set(len(self._entries))
 
 
-# ---------------------------------------------------------------------------------------- write-back
-@dataclass(frozen=True)
-class WriteBackJob:
-    item_id: str
-    kv: GistKV
-    content_hash: str  # of the catalog text that was compressed
-    version: int  # the catalog version it was read at: the store keeps the newest version
+# ----------------------------------------------------------------------------------- refresh requests
+class EventSink(Protocol):
+    """What `RefreshRequests` needs of `streaming.publisher.EventPublisher`."""
+
+    def send(self, event: ChangeEvent) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
-class FeastWriteBack:
-    """Encodes recomputed K/V and writes it to Feast on a background thread, counting every row's fate.
+class RefreshRequests:
+    """Hands recomputed items to the pipeline: the catalog's state of each, as a change event with
+    `refresh=True`, published on a background thread and counted by fate (published, failed, dropped).
 
-    `GistStore.write` keeps only rows newer than what is stored, so a write-back racing the consumer's
-    fresher row is skipped rather than winning.
+    Serving never writes the store. The consumer group that owns the item's partition (events are keyed
+    by item id) recompresses it under the usual version rules, so a replica that read the catalog before
+    a newer change cannot put the older version back: the consumer is the one writer per item.
     """
 
-    def __init__(self, store: GistStore, storage_dtype: str | None = None, maxsize: int = 64) -> None:
-        if storage_dtype is not None and storage_dtype not in kv_codec.STORAGE_DTYPES:
-            raise ValueError(f"storage_dtype {storage_dtype!r} is not one of {list(kv_codec.STORAGE_DTYPES)}")
-        self._store = store
-        self._storage_dtype = storage_dtype
-        self._worker: BackgroundWorker[list[WriteBackJob]] = BackgroundWorker(
-            "feast-writeback", self._write, maxsize
+    def __init__(self, sink: EventSink, maxsize: int = 64) -> None:
+        self._sink = sink
+        self._worker: BackgroundWorker[list[ChangeEvent]] = BackgroundWorker(
+            "refresh-requests", self._publish, maxsize
         )
 
-    def submit(self, jobs: list[WriteBackJob]) -> None:
-        if jobs and not self._worker.submit(jobs):
-            WRITEBACKS.labels(result="dropped").inc(len(jobs))
+    def submit(self, events: list[ChangeEvent]) -> None:
+        if events and not self._worker.submit(events):
+            REFRESH_REQUESTS.labels(result="dropped").inc(len(events))
 
     def drain(self, timeout: float) -> bool:
         return self._worker.drain(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
         self._worker.close(timeout)
+        self._sink.close()
 
-    def _write(self, jobs: list[WriteBackJob]) -> None:
-        rows = [
-            GistRow.encode(job.item_id, job.kv, job.content_hash, job.version, self._storage_dtype)
-            for job in jobs
-        ]
+    def _publish(self, events: list[ChangeEvent]) -> None:
         try:
-            result = self._store.write(rows)
-        except FeatureStoreUnavailableError as e:
-            logger.warning("feast write-back of %d rows failed: %s", len(rows), e)
-            WRITEBACKS.labels(result="failed").inc(len(rows))
+            for event in events:
+                self._sink.send(event)
+            self._sink.flush()
+        except Exception as e:  # PublishError or a KafkaError: the next miss of the item asks again
+            logger.warning("refresh requests for %d items not published: %s", len(events), e)
+            REFRESH_REQUESTS.labels(result="failed").inc(len(events))
             return
-        WRITEBACKS.labels(result="written").inc(len(result.written))
-        WRITEBACKS.labels(result="skipped").inc(len(result.skipped))
+        REFRESH_REQUESTS.labels(result="published").inc(len(events))
 
 
 # -------------------------------------------------------------------------------------------- lookup
@@ -199,7 +201,7 @@ class KVLookup:
         l1: ByteLRU,
         catalog: ItemSource,
         store: GistStore | None = None,
-        writeback: FeastWriteBack | None = None,
+        refresh: RefreshRequests | None = None,
         compress_batch: int = 16,
         feast_retry_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
@@ -208,7 +210,7 @@ class KVLookup:
         self.l1 = l1
         self.catalog = catalog
         self.store = store
-        self.writeback = writeback
+        self.refresh = refresh
         self.compress_batch = compress_batch
         self.feast_retry_s = feast_retry_s
         self._clock = clock
@@ -285,16 +287,16 @@ class KVLookup:
         for item_id in found:
             RECOMPUTES.labels(reason=reasons[item_id]).inc()
         texts = [render_item(items[i].title, items[i].attributes, items[i].description) for i in found]
-        jobs = []
+        refresh = []
         for item_id, kv in zip(found, self._compress(texts), strict=True):
             if kv is None:
                 out[item_id] = Resolved(Status.RECOMPUTE_FAILED)
                 continue
             out[item_id] = Resolved(Status.RECOMPUTE, kv)
             self.l1.put(item_id, kv)
-            jobs.append(WriteBackJob(item_id, kv, items[item_id].content_hash, items[item_id].version))
-        if self.writeback is not None:
-            self.writeback.submit(jobs)
+            refresh.append(items[item_id].event().model_copy(update={"refresh": True}))
+        if self.refresh is not None:
+            self.refresh.submit(refresh)
 
     def _compress(self, texts: list[str]) -> list[GistKV | None]:
         if not texts:

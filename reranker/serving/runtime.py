@@ -24,7 +24,7 @@ import torch
 from prometheus_client import start_http_server
 
 from reranker.core.model import GistReranker
-from reranker.serving.lookup import ByteLRU, FeastWriteBack, KVLookup
+from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.serving.requests import ITEM_IDS, QUERY, SCORES, STATUS, RequestError
 from reranker.serving.service import FullService, GistService, RerankResult
 from reranker.serving.shadow import ScoreFull, ShadowSampler
@@ -62,7 +62,9 @@ class GistParams:
     redis_url: str  # for feast_online=redis; "" = GistStore's default
     feast_config: str  # a Feast feature_store.yaml used as written (replaces the three above); "" = none
     feast_retry_s: float  # after the store failed, skip it for this long
-    kv_storage_dtype: str  # how write-back stores K/V (float32 | float16 | bfloat16 | int8); "" = model dtype
+    # where recomputed items go as refresh requests (topic, security: GISTRANK_KAFKA_*); "" = nowhere, a
+    # recompute then stays in this process's L1 only
+    kafka_bootstrap_servers: str
     l1_bytes: int  # L1 bound in bytes of K/V
     l1_ttl_s: float  # L1 entry lifetime
     compress_batch: int  # items per compress forward on recompute
@@ -128,7 +130,6 @@ class GistRuntime:
         model = load_model(params.model_path, params.device, params.num_threads)
         self.catalog = Catalog(params.catalog_url)
         store = None
-        self.writeback = None
         if params.feast_online != "none":
             store = (
                 GistStore(config=params.feast_config)
@@ -139,13 +140,19 @@ class GistRuntime:
                 store.apply()  # a no-op when the consumer (or an earlier start) registered the view
             except FeatureStoreUnavailableError as e:
                 logger.warning("feast not reachable at start, serving by recompute until it is: %s", e)
-            self.writeback = FeastWriteBack(store, params.kv_storage_dtype or None)
+        self.refresh = None
+        if params.kafka_bootstrap_servers:
+            from streaming.kafka_settings import KafkaSettings
+            from streaming.publisher import EventPublisher
+
+            settings = KafkaSettings.from_env(bootstrap_servers=params.kafka_bootstrap_servers)
+            self.refresh = RefreshRequests(EventPublisher(settings, flush_timeout_s=10.0))
         lookup = KVLookup(
             model,
             ByteLRU(params.l1_bytes, params.l1_ttl_s),
             self.catalog,
             store,
-            self.writeback,
+            self.refresh,
             compress_batch=params.compress_batch,
             feast_retry_s=params.feast_retry_s,
         )
@@ -162,8 +169,8 @@ class GistRuntime:
     def close(self) -> None:
         if self.shadow is not None:
             self.shadow.close()
-        if self.writeback is not None:
-            self.writeback.close()
+        if self.refresh is not None:
+            self.refresh.close()
         self._exporter.shutdown()
         self._exporter.server_close()
         self.catalog.close()

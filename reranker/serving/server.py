@@ -64,7 +64,7 @@ class ServerSettings:
     l1_ttl_s: float = 300.0
     shadow_rate: float = 0.02
     max_candidates: int = 200
-    kv_storage_dtype: str = ""
+    kafka_bootstrap_servers: str = ""  # where recomputed items go as refresh requests; "" = nowhere
     device: str = "auto"
     num_threads: int = 0
     host: str = DEFAULT_HOST
@@ -99,7 +99,7 @@ class ServerSettings:
             "redis_url": self.redis_url,
             "feast_config": self.feast_config,
             "feast_retry_s": str(self.feast_retry_s),
-            "kv_storage_dtype": self.kv_storage_dtype,
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
             "l1_bytes": str(self.l1_bytes),
             "l1_ttl_s": str(self.l1_ttl_s),
             "max_candidates": str(self.max_candidates),

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Learned gists on real long documents (issue 19 §4): the autoencoding stage needs only item text, so
+# it runs label-free on the AP89 training topics' judged articles, and its gists are read by query
+# likelihood — no ranking stage (a ranking stage on top erased the gists on the synthetic catalog,
+# reports/experiments/autoencoding.md). One student per k in KS, each evaluated beside the systems
+# scripts/ap89.sh already scored (reference, AP89 teacher, BM25, selection and prefix caching) on the
+# same slice: the first MAX_QUERIES dev topics of the BM25 top-20 lists, items read up to 1024 tokens.
+# Needs scripts/ap89.sh's sets (data/ap89-judged, data/ap89-bm25) and, to stay CPU-sized, its score
+# cache in runs/ap89/bm25-dev/runs (from `MAX_QUERIES=24 SHIPPED_TEACHER= scripts/ap89.sh`): every
+# system already there is read back, only the new students and their controls are scored.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
+OUT=runs/ap89
+KS=${KS:-8 16 32}
+# 4 articles per step at up to 1024 tokens: ~50 s a step on 2 shared CPU cores (the stage also runs a
+# no-grad control pass for autoencode_gap), so STEPS is what fits ~15 min per k there, not convergence
+STEPS=${STEPS:-16}
+# keep 24: the eval rewrites every run file of the run folder with the queries it covers, so a smaller
+# slice here would cut the cached 24-topic runs (the reference alone is ~35 min to score again)
+MAX_QUERIES=${MAX_QUERIES:-24}
+EVAL=${EVAL:-$OUT/bm25-dev}  # another folder (a copy of this one) for a trial slice
+for set_dir in data/ap89-judged data/ap89-bm25; do
+  [ -d "$set_dir" ] || { echo "no $set_dir: run scripts/ap89.sh first" >&2; exit 1; }
+done
+
+# Training: `train` draws only the train split (topics 1-50; 45 have judgments) and regenerates items
+# from the candidates of those topics — 4,255 judged articles, no label used — so no dev topic's
+# judgment reaches the student (57 of the 472 dev-slice articles are also in the training pools: seen
+# as text, never as labels). autoencode_tokens 128 (configs/ap89_gists_ae.json): a headline and first
+# paragraph of a news article, not just its dateline; items up to 1024 tokens as they are read.
+for k in $KS; do
+  run=$OUT/gists-ae-k$k
+  if [ -f "$run/trainer_state.json" ]; then  # finished or stopped: extend to STEPS, or leave it
+    at=$(sed -n 's/^{"step": \([0-9]*\).*/\1/p' "$run/trainer_state.json")
+    if [ "$at" -lt "$STEPS" ]; then
+      "$GISTRANK" train --resume --out "$run" --data data/ap89-judged --steps "$STEPS"
+    fi
+  else
+    "$GISTRANK" train --role student --base smollm2-135m-instruct --score-rule query_likelihood \
+      --num-gist "$k" --max-item-tokens 1024 --config configs/ap89_gists_ae.json --steps "$STEPS" \
+      --data data/ap89-judged --out "$run"
+  fi
+done
+
+# Evaluation: ap89.sh's invocation unchanged, so every cached system keeps its key: the same reference
+# and full-context models (the 24-topic run left the shipped teacher out, hence SHIPPED_TEACHER=) and
+# the same select / prefix students. The gist students read with the template they were trained with
+# (the autoencoding prompt, then the query: "spell the item", answered with the query) at 1024 tokens;
+# each also gets its own controls (untrained gists on its body, prefix caching read by its body).
+BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
+SHIPPED_TEACHER=${SHIPPED_TEACHER-}
+FULL=()
+[ -n "$SHIPPED_TEACHER" ] && FULL+=(--full-model "$SHIPPED_TEACHER?max_item_tokens=1024")
+AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
+[ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--full-model "$AP89_TEACHER?max_item_tokens=1024")
+STUDENTS=()
+for k in 8 16 32 64 128; do STUDENTS+=(--student "$BASE_QL&compressor=select&num_gist=$k" --prefix-k "$k"); done
+for k in $KS; do STUDENTS+=(--student "$OUT/gists-ae-k$k/checkpoint?max_item_tokens=1024"); done
+"$GISTRANK" eval --data data/ap89-bm25 --split dev --max-queries "$MAX_QUERIES" \
+  --teacher "$BASE_QL" "${FULL[@]}" "${STUDENTS[@]}" --out "$EVAL" --run-dir "$EVAL/runs"
