@@ -1,13 +1,16 @@
 """The gist K/V feature store: one facade over Feast for the consumer (writes) and the reranker (reads).
 
-Rows live in the Feast feature view ``item_gist`` (``feature_repo/``), keyed by ``item_id``, in the online
-store of the Feast config: the project's own (SQLite by default, or one Redis) or a deployment's
-feature_store.yaml used as written (Redis Cluster, any Feast online store and registry; `GistStore`).
+A store is bound to one model: its rows live in that model's Feast feature view ``item_gist_<fingerprint>``
+(``feature_repo/``), keyed by ``item_id``, so a new model backfills its own view while replicas of the
+live model keep reading theirs, and the old view is dropped after the switch (`views`, `coverage`,
+`drop`; `gistrank rollout`). The online store is the one of the Feast config: the project's own (SQLite
+by default, or one Redis) or a deployment's feature_store.yaml used as written (Redis Cluster, any Feast
+online store and registry; `GistStore`).
 This module owns the rules Feast does not have:
 
 * **Which write wins.** A row replaces the stored one when its catalog version is higher; at the same
-  version when the stored row is live and the new one differs in fingerprint, content hash or bytes (a
-  model upgrade re-materializes items without a catalog change) or is a delete. An older version, an
+  version when the stored row is live and the new one differs in content hash or bytes (a corrupt blob
+  repaired) or is a delete. An older version, an
   exact duplicate (at-least-once redelivery) or anything at or below a tombstone's version is skipped.
   Deciding needs the stored row, so every write reads first, in one batched call.
 * **Deletes are tombstones** (``deleted=True``, empty ``kv``) and read as ``None``. Feast 0.49's online
@@ -19,7 +22,7 @@ This module owns the rules Feast does not have:
   timestamps run ahead of the clock by at most the number of such rewrites).
 
 The read-before-write is atomic only within one process (a lock): each item must have one writer at a
-time, which the consumer gets from Kafka partitioning by item id.
+time, which the consumer group of the model is (Kafka partitions by item id; serving never writes).
 
 ``import feast`` takes seconds, so it happens when a `GistStore` is built, not when this module is
 imported; build one per process and reuse it.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -197,8 +201,25 @@ def _load_definitions() -> ModuleType:
     return module
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """How many live catalog items have a current row (the catalog's version) in one model's view."""
+
+    fingerprint: str
+    items: int  # live catalog items looked at
+    current: int  # rows at the item's catalog version
+    behind: int  # rows at an older version (the consumer has not caught up with a change yet)
+
+    @property
+    def ratio(self) -> float:
+        return self.current / self.items if self.items else 1.0
+
+
+_FINGERPRINT = re.compile(r"[0-9a-zA-Z]{1,64}")
+
+
 class GistStore:
-    """Batched reads and version-guarded writes of gist K/V rows; see the module docstring for the rules."""
+    """Batched reads and version-guarded writes of one model's gist K/V rows (module docstring)."""
 
     def __init__(
         self,
@@ -206,8 +227,12 @@ class GistStore:
         online: Online | None = None,
         redis_url: str | None = None,
         config: str | Path | None = None,
+        *,
+        fingerprint: str,
     ) -> None:
-        """Two ways to configure the store (see `_repo_config`):
+        """`fingerprint` is the model's (`GistReranker.fingerprint`): the view this store reads and writes.
+
+        Two ways to configure the store (see `_repo_config`):
 
         * `config`: a Feast `feature_store.yaml`, used as written — any
           online store and registry Feast supports (Redis Cluster, Cassandra, DynamoDB, a SQL
@@ -222,6 +247,9 @@ class GistStore:
                 f"a Feast config ({config}) sets the stores itself: "
                 "leave data_dir, online and redis_url unset"
             )
+        if not _FINGERPRINT.fullmatch(fingerprint):
+            raise ValueError(f"fingerprint must be 1-64 letters or digits, got {fingerprint!r}")
+        self.fingerprint = fingerprint
         online = online or "sqlite"
         if online not in ("sqlite", "redis"):
             raise ValueError(f"online must be 'sqlite' or 'redis', got {online!r}")
@@ -235,7 +263,8 @@ class GistStore:
         from feast import FeatureStore
 
         self._definitions = _load_definitions()
-        self._objects = self._definitions.build_definitions(self.data_dir)
+        self._objects = self._definitions.build_definitions(self.data_dir, fingerprint)
+        self.view = self._definitions.view_name(fingerprint)
         repo_config = self._repo_config(online)
         self.online = str(repo_config.online_store.type)
         self._where = self._describe(repo_config)
@@ -251,15 +280,22 @@ class GistStore:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_env(cls) -> GistStore:
+    def from_env(cls, fingerprint: str) -> GistStore:
         """Configured by $GISTRANK_FEAST_CONFIG (a feature_store.yaml), else by $GISTRANK_FEAST_DIR,
         $GISTRANK_FEAST_ONLINE (sqlite|redis) and $GISTRANK_REDIS_URL."""
         if os.environ.get(CONFIG_ENV):
-            return cls(config=os.environ[CONFIG_ENV])
+            return cls(config=os.environ[CONFIG_ENV], fingerprint=fingerprint)
         online = os.environ.get(ONLINE_ENV, "sqlite")
         if online not in ("sqlite", "redis"):
             raise ValueError(f"${ONLINE_ENV} must be 'sqlite' or 'redis', got {online!r}")
-        return cls(online=online, redis_url=os.environ.get(REDIS_URL_ENV))
+        return cls(online=online, redis_url=os.environ.get(REDIS_URL_ENV), fingerprint=fingerprint)
+
+    def for_model(self, fingerprint: str) -> GistStore:
+        """A store on the same Feast config, bound to another model's view."""
+        if self.config_path is not None:
+            return GistStore(config=self.config_path, fingerprint=fingerprint)
+        online: Online = "redis" if self.redis_url is not None else "sqlite"
+        return GistStore(self.data_dir, online, self.redis_url, fingerprint=fingerprint)
 
     def _repo_config(self, online: Online) -> RepoConfig:
         from feast import RepoConfig
@@ -332,9 +368,67 @@ class GistStore:
         # Feast's __eq__ raises for any other type (None included), hence the type in the key.
         return all((type(o), o.name) in registered and registered[type(o), o.name] == o for o in wanted)
 
+    def views(self) -> list[str]:
+        """Fingerprints of every model with a gist view in the registry (this store's model included
+        once applied), in registration order."""
+        with self._guard():
+            registered = self._store.list_feature_views(allow_cache=False)
+        tag = self._definitions.FINGERPRINT_TAG
+        return [
+            v.tags[tag]
+            for v in registered
+            if v.name.startswith(self._definitions.VIEW_PREFIX) and tag in v.tags
+        ]
+
+    def coverage(self, items: Sequence[tuple[str, int]], batch: int = 1000) -> Coverage:
+        """How many of the live catalog `items` ((item_id, version) pairs) this model's view holds at
+        their catalog version: a rollout may switch replicas to this model once every item is current."""
+        current = behind = 0
+        for start in range(0, len(items), batch):
+            chunk = items[start : start + batch]
+            with self._guard():
+                values = self._online([i for i, _ in chunk], ("version", "deleted"))
+            for (_, version), stored, deleted in zip(
+                chunk, values["version"], values["deleted"], strict=True
+            ):
+                if stored is None or deleted:
+                    continue
+                if stored >= version:
+                    current += 1
+                else:
+                    behind += 1
+        return Coverage(self.fingerprint, len(items), current, behind)
+
+    def drop(self) -> None:
+        """Remove this model's view from the registry and its rows from the online store (Feast tears the
+        table down). For the garbage collection after a rollout: no replica may still read this model."""
+        _, push, view = self._objects
+        with self._guard():
+            # the registered view, not the local definition: Feast finds the rows to delete by the join
+            # keys it inferred at apply time
+            registered = self._store.get_feature_view(view.name)
+            self._store.apply([], objects_to_delete=[registered, push, push.batch_source], partial=False)
+            self._store.refresh_registry()
+            if self.online == "redis":
+                self._delete_redis_rows(registered)
+
+    def _delete_redis_rows(self, view: Any) -> None:
+        """Feast 0.49's Redis `delete_table` finds a view's rows by a key prefix in the version-2 entity key
+        format, which matches no key written in version 3 (this project's), so the rows would stay behind.
+        Delete the view's fields from every key of the project, through Feast's own client (cluster too)."""
+        from feast.infra.online_stores.helpers import _mmh3
+
+        config = self._store.config
+        client = self._store._get_provider().online_store._get_client(config.online_store)
+        fields = [_mmh3(f"{view.name}:{f.name}") for f in view.features] + [f"_ts:{view.name}".encode()]
+        with client.pipeline(transaction=False) as pipe:
+            for key in client.scan_iter(match=b"*" + config.project.encode()):
+                pipe.hdel(key, *fields)  # a hash left without fields is removed by Redis itself
+            pipe.execute()
+
     def _online(self, item_ids: list[str], features: Sequence[str]) -> dict[str, list[Any]]:
         """One batched get_online_features; values are None where an item has no row."""
-        view = self._definitions.VIEW
+        view = self.view
         response = self._store.get_online_features(
             features=[f"{view}:{f}" for f in features],
             entity_rows=[{self._definitions.JOIN_KEY: i} for i in item_ids],
@@ -378,6 +472,9 @@ class GistStore:
 
     def write(self, rows: Sequence[GistRow]) -> WriteResult:
         """Store the rows that win against what is stored (module docstring), in one batched push."""
+        foreign = sorted({r.fingerprint for r in rows} - {self.fingerprint})
+        if foreign:
+            raise ValueError(f"rows of models {foreign} written to the view of model {self.fingerprint}")
         return self._write(
             [(r.item_id, _Record(r.version, False, r.fingerprint, r.content_hash, r.kv), r) for r in rows]
         )
@@ -427,7 +524,7 @@ class GistStore:
                 frame[self._definitions.TIMESTAMP_FIELD] = pd.to_datetime(
                     frame[self._definitions.TIMESTAMP_FIELD], unit="s", utc=True
                 )
-                self._store.push(self._definitions.PUSH_SOURCE, frame)
+                self._store.push(self._definitions.push_source_name(self.fingerprint), frame)
         won = set(winning)
         return WriteResult(
             written=tuple(entries[n][0] for n in winning),

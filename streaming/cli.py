@@ -1,4 +1,5 @@
-"""Streaming commands: `publish`, `consume`, `materialize` and the `catalog` group (`load`, `update`).
+"""Streaming commands: `publish`, `consume`, `materialize`, the `catalog` group (`load`, `update`) and the
+`rollout` group (`status`, `gc`).
 
 Kafka client settings come from `GISTRANK_KAFKA_*` variables (see `streaming.kafka_settings`);
 `--bootstrap-servers` overrides the servers. `python -m streaming.cli …` runs these without the rest of
@@ -130,8 +131,13 @@ def _load_model(
 
 
 def _open_store(
-    feast_dir: Path | None, online: OnlineStore, redis_url: str | None, feast_config: Path | None = None
+    fingerprint: str,
+    feast_dir: Path | None,
+    online: OnlineStore,
+    redis_url: str | None,
+    feast_config: Path | None = None,
 ) -> GistStore:
+    """The store of the model with `fingerprint` (its own Feast view, registered here if new)."""
     from reranker.store import GistStore
 
     if feast_config is not None:
@@ -139,9 +145,9 @@ def _open_store(
             raise typer.BadParameter(
                 "--feast-config sets the stores itself: drop --feast-dir, --online, --redis-url"
             )
-        store = GistStore(config=feast_config)
+        store = GistStore(config=feast_config, fingerprint=fingerprint)
     else:
-        store = GistStore(feast_dir, online=online.value, redis_url=redis_url)
+        store = GistStore(feast_dir, online=online.value, redis_url=redis_url, fingerprint=fingerprint)
     store.apply()
     return store
 
@@ -227,7 +233,7 @@ def consume(
     if create_topics:
         ensure_topics(settings, partitions)
     gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
-    store = _open_store(feast_dir, online, redis_url, feast_config)
+    store = _open_store(gist_model.fingerprint, feast_dir, online, redis_url, feast_config)
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
@@ -278,7 +284,7 @@ def materialize(
     from streaming.materialize import materialize as run_materialize
 
     gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
-    store = _open_store(feast_dir, online, redis_url, feast_config)
+    store = _open_store(gist_model.fingerprint, feast_dir, online, redis_url, feast_config)
     with Catalog(catalog_url) as catalog:
         blob_dtype = storage_dtype.value if storage_dtype else None
         result = run_materialize(catalog, gist_model, store, stale_only, batch_size, blob_dtype)
@@ -366,11 +372,98 @@ def catalog_update(
         typer.echo(f"published to {settings.topic}")
 
 
+rollout_app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Model rollouts: each model's K/V lives in its own Feast view; watch a new model's backfill "
+    "cover the catalog, then drop the old model's view.",
+)
+Fingerprint = Annotated[
+    str | None, typer.Option(help="the model's fingerprint, instead of loading --model to compute it")
+]
+
+
+def _fingerprint(
+    fingerprint: str | None,
+    model: str,
+    num_gist: int | None,
+    compressor: str | None,
+    max_item_tokens: int | None,
+) -> str:
+    return fingerprint or _load_model(model, num_gist, None, compressor, max_item_tokens).fingerprint
+
+
+@rollout_app.command("status")
+def rollout_status(
+    model: ModelRef = DEFAULT_MODEL,
+    num_gist: NumGist = None,
+    compressor: CompressorOpt = None,
+    max_item_tokens: MaxItemTokens = None,
+    fingerprint: Fingerprint = None,
+    catalog_url: CatalogUrl = DEFAULT_URL,
+    feast_dir: FeastDir = None,
+    online: Online = OnlineStore.sqlite,
+    redis_url: RedisUrl = None,
+    feast_config: FeastConfig = None,
+) -> None:
+    """Coverage of the catalog by every model's view; exit 0 once --model's covers every live item at its
+    catalog version (replicas may switch to it), else 1."""
+    target = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
+    store = _open_store(target, feast_dir, online, redis_url, feast_config)
+    with Catalog(catalog_url) as catalog:
+        items = [(item.item_id, item.version) for item in catalog.iter_items()]
+    typer.echo(f"{len(items)} live catalog items")
+    typer.echo(f"{'model fingerprint':<34} {'current':>9} {'behind':>8} {'missing':>8} {'coverage':>9}")
+    covered = None
+    for view in store.views():
+        cov = store.for_model(view).coverage(items) if view != target else store.coverage(items)
+        missing = cov.items - cov.current - cov.behind
+        mark = "  <- --model" if view == target else ""
+        typer.echo(f"{view:<34} {cov.current:>9} {cov.behind:>8} {missing:>8} {cov.ratio:>9.1%}{mark}")
+        if view == target:
+            covered = cov
+    assert covered is not None  # _open_store registered the target's view
+    if covered.current == covered.items:
+        typer.echo(f"model {target} covers the catalog: replicas may switch to it")
+        return
+    typer.echo(f"model {target} is not ready: {covered.items - covered.current} items not current yet")
+    raise typer.Exit(1)
+
+
+@rollout_app.command("gc")
+def rollout_gc(
+    model: ModelRef = DEFAULT_MODEL,
+    num_gist: NumGist = None,
+    compressor: CompressorOpt = None,
+    max_item_tokens: MaxItemTokens = None,
+    fingerprint: Fingerprint = None,
+    keep: Annotated[list[str] | None, typer.Option(help="another fingerprint to keep (repeatable)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would be dropped")] = False,
+    feast_dir: FeastDir = None,
+    online: Online = OnlineStore.sqlite,
+    redis_url: RedisUrl = None,
+    feast_config: FeastConfig = None,
+) -> None:
+    """Drop every model's view (registry entry and online rows) except --model's (the live one) and
+    --keep's. Run it after every replica serves the live model."""
+    live = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
+    store = _open_store(live, feast_dir, online, redis_url, feast_config)
+    kept = {live, *(keep or [])}
+    for view in store.views():
+        if view in kept:
+            typer.echo(f"keep {view}")
+            continue
+        if not dry_run:
+            store.for_model(view).drop()
+        typer.echo(f"{'would drop' if dry_run else 'dropped'} {view}")
+
+
 main = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 main.command()(publish)
 main.command()(consume)
 main.command()(materialize)
 main.add_typer(catalog_app, name="catalog")
+main.add_typer(rollout_app, name="rollout")
 
 if __name__ == "__main__":
     main()

@@ -1,13 +1,14 @@
-"""Backfill: compress catalog items into the gist store, all of them or only the stale ones.
+"""Offline backfill: compress catalog items straight into the model's gist view, all or only the stale ones.
 
-Stale = the stored row's fingerprint is not the model's, or there is no live row (missing or deleted in the
-store). After a model upgrade, `stale_only` recompresses exactly the rows the old model wrote, and a rerun
-after an interruption resumes where it stopped. Rows are written at the item's catalog version, so the store
-takes them over an older row or a same-version row from another model, and refuses them when the consumer
-has already written a newer version.
+Stale = no live row in the model's view (missing or deleted there; a row whose fingerprint is not the
+model's would be too). A rerun after an interruption resumes where it stopped. Rows are written at the
+item's catalog version, so the store refuses them where the consumer has already written a newer one.
 
-The store serialises writes within one process only: run a backfill while no consumer writes to the same
-store, or a consumer's newer row can be overwritten by the backfill's read-then-write of an older version.
+The consumer group is the one writer of a model's view while it runs, and the store serialises writes
+within one process only: run `materialize` before starting the model's consumers (a bootstrap), not
+beside them, or a consumer's newer row can be overwritten by the backfill's read-then-write of an older
+version. A live backfill (a model rollout) is events through the topic: `gistrank publish` and the new
+model's own consumer group (README "Scale-out").
 """
 
 from __future__ import annotations

@@ -44,8 +44,9 @@ def catalog(tmp_path: Path) -> Iterator[Catalog]:
 
 
 @pytest.fixture
-def feast_store(tmp_path: Path) -> CountingStore:
-    """A real Feast store (SQLite online store) in `tmp_path`, applied and empty, counting its reads."""
-    store = CountingStore(tmp_path / "feast")
+def feast_store(tmp_path: Path, tiny_model: GistReranker) -> CountingStore:
+    """`tiny_model`'s real Feast store (SQLite online store) in `tmp_path`, applied and empty, counting its
+    reads and writes."""
+    store = CountingStore(tmp_path / "feast", fingerprint=tiny_model.fingerprint)
     store.apply()
     return store

@@ -5,6 +5,7 @@ Redis Cluster of three masters with a SQL registry, configured by a Feast featur
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +31,10 @@ def blob(seed: int, size: int = BLOB_BYTES) -> bytes:
     return b"\x00\xff" + random.Random(seed).randbytes(size - 4) + b"\xff\x00"
 
 
-def row(item_id: str, version: int = 1, fingerprint: str = "fp-a", seed: int = 0, **kw: object) -> GistRow:
+FP_A, FP_B = "a" * 32, "b" * 32  # two models; the stores below are model A's
+
+
+def row(item_id: str, version: int = 1, fingerprint: str = FP_A, seed: int = 0, **kw: object) -> GistRow:
     fields: dict = {"num_gist": 8, "item_tokens": 321, "content_hash": f"ch-{item_id}-{version}"} | kw
     return GistRow(item_id, blob(seed), fingerprint, version=version, **fields)
 
@@ -64,21 +68,21 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setenv(
             CONFIG_ENV, str(feast_cluster_config(tmp_path / "repo", "${GISTRANK_TEST_CLUSTER}"))
         )
-        gist_store = GistStore.from_env()
+        gist_store = GistStore.from_env(FP_A)
     elif request.param == "redis":
         url = request.getfixturevalue("redis_url")
         # Feast keys Redis rows by project and entity only, so tests sharing the server must start empty.
         with redis.Redis.from_url(url) as client:
             client.flushdb()
-        gist_store = GistStore(tmp_path / "feast", online="redis", redis_url=url)
+        gist_store = GistStore(tmp_path / "feast", online="redis", redis_url=url, fingerprint=FP_A)
     else:
-        gist_store = GistStore(tmp_path / "feast")
+        gist_store = GistStore(tmp_path / "feast", fingerprint=FP_A)
     gist_store.apply()
     return gist_store
 
 
 def test_round_trip_is_byte_exact(store: GistStore) -> None:
-    rows = [row("a", seed=1), row("b", version=7, fingerprint="fp-b", seed=2, num_gist=4, item_tokens=9)]
+    rows = [row("a", seed=1), row("b", version=7, seed=2, num_gist=4, item_tokens=9)]
     assert store.write(rows) == WriteResult(written=("a", "b"), skipped=())
     assert store.read(["a", "b"]) == {"a": rows[0], "b": rows[1]}
 
@@ -115,14 +119,44 @@ def test_batch_resolves_duplicates_by_version(store: GistStore) -> None:
     assert store.read(["a"])["a"] == row("a", version=3, seed=3)
 
 
-def test_same_version_new_fingerprint_wins_and_duplicates_skip(store: GistStore) -> None:
-    store.write([row("a", version=5, fingerprint="fp-old", seed=1)])
-    upgraded = row("a", version=5, fingerprint="fp-new", seed=2)
-    assert store.write([upgraded]).written == ("a",)
-    assert store.read(["a"])["a"] == upgraded
+def test_same_version_new_bytes_win_and_duplicates_skip(store: GistStore) -> None:
+    store.write([row("a", version=5, seed=1)])
+    repaired = row("a", version=5, seed=2)  # e.g. a corrupt blob recompressed on a refresh request
+    assert store.write([repaired]).written == ("a",)
+    assert store.read(["a"])["a"] == repaired
     # At-least-once redelivery of the identical row is a no-op.
-    assert store.write([upgraded]) == WriteResult(written=(), skipped=("a",))
-    assert store.stored_fingerprints(["a", "zz"]) == {"a": "fp-new", "zz": None}
+    assert store.write([repaired]) == WriteResult(written=(), skipped=("a",))
+    assert store.stored_fingerprints(["a", "zz"]) == {"a": FP_A, "zz": None}
+
+
+def test_each_model_has_its_own_view_and_a_dropped_view_takes_its_rows(store: GistStore) -> None:
+    """A rollout on the store: model B's rows go to B's view beside A's, neither sees the other's, each
+    view's coverage of the catalog is its own, and dropping B's view removes its rows and leaves A's."""
+    with pytest.raises(ValueError, match="written to the view of model"):
+        store.write([row("a", fingerprint=FP_B)])
+    a_rows = [row(i, seed=n) for n, i in enumerate(("x", "y", "z"))]
+    store.write(a_rows)
+    b_store = store.for_model(FP_B)
+    b_store.apply()
+    assert b_store.read(["x", "y", "z"]) == {"x": None, "y": None, "z": None}
+    b_rows = [row("x", fingerprint=FP_B, seed=7), row("y", version=2, fingerprint=FP_B, seed=8)]
+    b_store.write(b_rows)
+    assert store.read(["x", "y", "z"]) == {r.item_id: r for r in a_rows}
+    assert b_store.read(["x", "y"]) == {r.item_id: r for r in b_rows}
+    assert store.views() == [FP_A, FP_B] == b_store.views()
+
+    catalog = [("x", 1), ("y", 2), ("z", 1)]  # y changed to version 2 since A stored it
+    a, b = store.coverage(catalog), b_store.coverage(catalog, batch=2)
+    assert (a.current, a.behind, a.items) == (2, 1, 3)
+    assert (b.current, b.behind, b.items) == (2, 0, 3) and b.ratio == pytest.approx(2 / 3)
+
+    b_store.drop()
+    assert store.views() == [FP_A]
+    assert store.read(["x", "y", "z"]) == {r.item_id: r for r in a_rows}
+    with pytest.raises(FeatureStoreUnavailableError, match="apply"):
+        b_store.read(["x"])
+    b_store.apply()  # a new view of the same name starts empty: the old rows went with the view
+    assert b_store.read(["x", "y"]) == {"x": None, "y": None}
 
 
 def test_delete_then_read_is_none(store: GistStore) -> None:
@@ -154,14 +188,14 @@ def test_delete_with_older_version_is_ignored(store: GistStore) -> None:
 
 def test_apply_is_idempotent_from_a_fresh_data_dir(tmp_path: Path) -> None:
     data_dir = tmp_path / "fresh" / "feast"  # parents do not exist yet either
-    first = GistStore(data_dir)
+    first = GistStore(data_dir, fingerprint=FP_A)
     first.apply()
     registry = data_dir / "registry.db"
     before = registry.read_bytes()
     first.apply()
     first.write([row("a")])
     # A second process on the same dir: its apply must leave the registry untouched and see the data.
-    second = GistStore(data_dir)
+    second = GistStore(data_dir, fingerprint=FP_A)
     second.apply()
     assert registry.read_bytes() == before
     assert second.read(["a"]) == {"a": row("a")}
@@ -169,19 +203,19 @@ def test_apply_is_idempotent_from_a_fresh_data_dir(tmp_path: Path) -> None:
 
 def test_unapplied_store_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(FeatureStoreUnavailableError, match=r"apply\(\)"):
-        GistStore(tmp_path / "feast").read(["a"])
+        GistStore(tmp_path / "feast", fingerprint=FP_A).read(["a"])
 
 
 def test_unusable_data_dir_is_unavailable(tmp_path: Path) -> None:
     (tmp_path / "not-a-dir").write_text("")
     with pytest.raises(FeatureStoreUnavailableError, match="data dir"):
-        GistStore(tmp_path / "not-a-dir" / "feast")
+        GistStore(tmp_path / "not-a-dir" / "feast", fingerprint=FP_A)
 
 
 @pytest.mark.redis
 def test_redis_down_raises_unavailable(tmp_path: Path) -> None:
     with redis_server(tmp_path) as url:
-        gist_store = GistStore(tmp_path / "feast", online="redis", redis_url=url)
+        gist_store = GistStore(tmp_path / "feast", online="redis", redis_url=url, fingerprint=FP_A)
         gist_store.apply()
         gist_store.write([row("a")])
         assert gist_store.read(["a"]) == {"a": row("a")}
@@ -199,7 +233,9 @@ def test_a_cluster_down_raises_unavailable(tmp_path: Path) -> None:
     """A Redis Cluster that stops answering is "unavailable" (serving recomputes, the consumer retries),
     not an unexpected error."""
     with redis_cluster(tmp_path / "cluster", masters=3) as running:
-        gist_store = GistStore(config=feast_cluster_config(tmp_path / "repo", running.nodes))
+        gist_store = GistStore(
+            config=feast_cluster_config(tmp_path / "repo", running.nodes), fingerprint=FP_A
+        )
         gist_store.apply()
         gist_store.write([row("a")])
         assert gist_store.read(["a"]) == {"a": row("a")}
@@ -240,7 +276,7 @@ def test_a_cluster_config_spreads_rows_over_every_master(cluster: RedisCluster, 
         with redis.Redis(host="127.0.0.1", port=server.port) as client:
             client.flushall()
     config = feast_cluster_config(tmp_path / "repo", cluster.nodes)
-    gist_store = GistStore(config=config)
+    gist_store = GistStore(config=config, fingerprint=FP_A)
     gist_store.apply()
     rows = [row(f"item-{i:03d}", seed=i) for i in range(60)]
     assert gist_store.write(rows).written == tuple(r.item_id for r in rows)
@@ -249,13 +285,54 @@ def test_a_cluster_config_spreads_rows_over_every_master(cluster: RedisCluster, 
         with redis.Redis(host="127.0.0.1", port=server.port) as client:
             per_master.append(client.dbsize())
     assert sum(per_master) == 60 and min(per_master) > 0, per_master
-    assert GistStore(config=config).read([r.item_id for r in rows]) == {r.item_id: r for r in rows}
+    assert GistStore(config=config, fingerprint=FP_A).read([r.item_id for r in rows]) == {
+        r.item_id: r for r in rows
+    }
 
 
 def test_a_feast_config_is_used_as_written_or_not_at_all(tmp_path: Path) -> None:
     config = tmp_path / "feature_store.yaml"
     config.write_text((FEATURE_REPO / "feature_store.yaml").read_text())
     with pytest.raises(ValueError, match="leave data_dir, online and redis_url unset"):
-        GistStore(tmp_path / "feast", config=config)
+        GistStore(tmp_path / "feast", config=config, fingerprint=FP_A)
     with pytest.raises(ValueError, match="leave data_dir, online and redis_url unset"):
-        GistStore(online="redis", config=config)
+        GistStore(online="redis", config=config, fingerprint=FP_A)
+
+
+def test_rollout_status_and_gc_commands(tmp_path: Path) -> None:
+    """`gistrank rollout status` reports each model's view against the live catalog and exits 0 only once
+    the asked model covers every item at its catalog version; `rollout gc` drops the other views."""
+    from typer.testing import CliRunner
+
+    from reranker.cli import app
+    from streaming.catalog import Catalog
+
+    catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog(catalog_url) as catalog:
+        versions = {i: catalog.upsert(i, f"item {i}", {}, "text").version for i in ("x", "y", "z")}
+    store_a = GistStore(tmp_path / "feast", fingerprint=FP_A)
+    store_a.apply()
+    store_a.write([row(i, version=v) for i, v in versions.items()])
+    store_b = store_a.for_model(FP_B)
+    store_b.apply()
+    store_b.write([row(i, version=versions[i], fingerprint=FP_B) for i in ("x", "y")])
+    feast = ["--feast-dir", str(tmp_path / "feast")]
+
+    def rollout(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(app, ["rollout", *args, *feast])
+        return result.exit_code, result.output
+
+    code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", catalog_url)
+    assert code == 1 and f"model {FP_B} is not ready: 1 items not current yet" in out, out
+    assert re.search(rf"{FP_A}\s+3\s+0\s+0\s+100\.0%\n", out), out  # current, behind, missing
+    assert re.search(rf"{FP_B}\s+2\s+0\s+1\s+66\.7%\s+<- --model", out), out
+    store_b.write([row("z", version=versions["z"], fingerprint=FP_B)])
+    code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", catalog_url)
+    assert code == 0 and f"model {FP_B} covers the catalog" in out, out
+
+    code, out = rollout("gc", "--fingerprint", FP_B, "--dry-run")
+    assert code == 0 and f"would drop {FP_A}" in out and store_a.views() == [FP_A, FP_B], out
+    code, out = rollout("gc", "--fingerprint", FP_B)
+    assert code == 0 and f"dropped {FP_A}" in out and f"keep {FP_B}" in out, out
+    assert store_b.views() == [FP_B]
+    assert store_b.read(["z"])["z"] == row("z", version=versions["z"], fingerprint=FP_B)

@@ -189,7 +189,9 @@ def test_feast_unavailable_recomputes_and_backs_off(tiny_model, catalog, tmp_pat
     feast_retry_s, and once Redis is back (and the back-off over) rows are hits."""
     redis_proc = RedisServer(tmp_path / "redis").start()
     try:
-        store = CountingStore(tmp_path / "feast", online="redis", redis_url=redis_proc.url)
+        store = CountingStore(
+            tmp_path / "feast", online="redis", redis_url=redis_proc.url, fingerprint=tiny_model.fingerprint
+        )
         store.apply()
         redis_proc.stop()
         clock = FakeClock()

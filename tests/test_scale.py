@@ -6,6 +6,7 @@ real broker feeds with the catalog's changes and the server's refresh requests."
 from __future__ import annotations
 
 import signal
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import redis
 import typer
 from helpers import wait_until
+from prometheus_client.parser import text_string_to_metric_families
 from services import (
     WAIT_S,
     ConsumerProcess,
@@ -25,8 +27,10 @@ from services import (
     kafka_env,
     redis_cluster,
 )
+from typer.testing import CliRunner
 
 from reranker import GistConfig, GistReranker
+from reranker.cli import app
 from reranker.core.render import render_item
 from reranker.serving.client import RerankClient
 from reranker.serving.server import tritonserver_binary
@@ -72,10 +76,10 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
 
 
 def test_the_consumer_cli_takes_a_feast_config_and_refuses_mixed_settings(config: Path) -> None:
-    store = _open_store(None, OnlineStore.sqlite, None, config)
+    store = _open_store("f" * 32, None, OnlineStore.sqlite, None, config)
     assert store.online == "redis" and store.config_path == config.resolve()
     with pytest.raises(typer.BadParameter, match="--feast-config sets the stores itself"):
-        _open_store(None, OnlineStore.redis, "redis://127.0.0.1:1/0", config)
+        _open_store("f" * 32, None, OnlineStore.redis, "redis://127.0.0.1:1/0", config)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +137,9 @@ def test_triton_reads_the_cluster_and_its_recomputes_reach_it_only_through_the_c
     model = GistReranker.from_pretrained(checkpoint, device="cpu")
     settings = kafka_settings(broker, "single-writer")
     probe = Probe(settings)
-    GistStore(config=config).apply()  # before two processes race to register the view
+    GistStore(
+        config=config, fingerprint=model.fingerprint
+    ).apply()  # before two processes race to register the view
     writer = ConsumerProcess(settings, checkpoint, None, free_port(), feast_config=config)
     stored, missing = IDS[:8], IDS[8:]
     ports = [free_port() for _ in range(4)]
@@ -157,7 +163,7 @@ def test_triton_reads_the_cluster_and_its_recomputes_reach_it_only_through_the_c
         # the refresh requests reach the topic off the request path, then the consumer writes them
         wait_until(lambda: sum(probe.end_offsets().values()) == len(IDS), WAIT_S, "the refresh requests")
         wait_until(probe.caught_up, WAIT_S, "the consumer to store the recomputed items")
-        fresh = GistStore(config=config)
+        fresh = GistStore(config=config, fingerprint=model.fingerprint)
         rows = fresh.read(missing)
         assert {row.fingerprint for row in rows.values() if row} == {model.fingerprint}
         assert all(rows[i].version == catalog.get([i])[i].version for i in missing)
@@ -170,3 +176,102 @@ def test_triton_reads_the_cluster_and_its_recomputes_reach_it_only_through_the_c
         with redis.Redis(host="127.0.0.1", port=server.port) as client:
             keys.append(client.dbsize())
     assert sum(keys) == len(IDS) and min(keys) > 0, keys  # every item, on every master
+
+
+def recomputes(metrics_port: int) -> float:
+    """All recompute fallbacks a gist_reranker process has counted, whatever the reason."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gistrank_recompute_fallbacks_total"
+    )
+
+
+@pytest.mark.triton
+@pytest.mark.kafka
+def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_the_old_view(
+    tmp_path: Path,
+    config: Path,
+    checkpoint: Path,
+    tiny_base: Path,
+    catalog: Catalog,
+    broker: KafkaBroker,
+) -> None:
+    """Model A serves from its view while model B's consumer group backfills B's own view from the same
+    topic: every answer of A's server stays a cache hit and it recomputes nothing. `rollout status` says
+    when B covers the catalog; a server on B then serves from the store, and `rollout gc` drops A's view
+    and leaves B's."""
+    if not tritonserver_binary().is_file():
+        pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
+    model_a = GistReranker.from_pretrained(checkpoint, device="cpu")
+    model_b = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=2, dtype="float32", max_item_tokens=96), device="cpu"
+    )
+    checkpoint_b = model_b.save_pretrained(tmp_path / "model-b")
+    assert model_a.fingerprint != model_b.fingerprint
+    topic = kafka_settings(broker, "rollout")
+    group_a = topic.model_copy(update={"group_id": "rollout.writer-a"})
+    group_b = topic.model_copy(update={"group_id": "rollout.writer-b"})  # one group per model
+    probe_a, probe_b = Probe(group_a), Probe(group_b)
+    store_a = GistStore(config=config, fingerprint=model_a.fingerprint)
+    store_a.apply()
+    rollout = [*("--catalog-url", str(catalog.engine.url)), "--feast-config", str(config)]
+
+    def status(model: GistReranker) -> tuple[int, str]:
+        result = CliRunner().invoke(app, ["rollout", "status", "--fingerprint", model.fingerprint, *rollout])
+        return result.exit_code, result.output
+
+    writers = [ConsumerProcess(group_a, checkpoint, None, free_port(), feast_config=config)]
+    servers: list[Serve] = []
+    try:
+        assert publish_events(topic, [item.event() for item in catalog.get(IDS).values()]) == len(IDS)
+        wait_until(probe_a.caught_up, WAIT_S, "model A's consumer to store the catalog")
+        assert status(model_a)[0] == 0
+        ports_a = [free_port() for _ in range(4)]
+        servers.append(Serve(serve_args(checkpoint, catalog, config, tmp_path / "run-a", ports_a)))
+        servers[0].wait_for("ready in", timeout_s=600)
+        with RerankClient(f"127.0.0.1:{ports_a[1]}", "grpc") as client:
+            assert {x.status for x in client.rerank(QUERY, IDS)} == {"feast"}
+            code, out = status(model_b)
+            assert code == 1 and "not ready" in out, out
+            writers.append(ConsumerProcess(group_b, checkpoint_b, None, free_port(), feast_config=config))
+            during = 0
+            while not probe_b.caught_up():  # B backfills from the topic; A keeps answering from its view
+                assert {x.status for x in client.rerank(QUERY, IDS)} <= {"feast", "l1"}
+                during += 1
+            assert during > 0  # requests were answered while B's view was still filling
+            assert {x.status for x in client.rerank(QUERY, IDS)} <= {"feast", "l1"}
+        assert recomputes(ports_a[3]) == 0
+        code, out = status(model_b)
+        assert code == 0 and f"model {model_b.fingerprint} covers the catalog" in out, out
+        assert servers[0].stop() == 0
+
+        ports_b = [free_port() for _ in range(4)]  # the switch: replicas on model B
+        servers.append(Serve(serve_args(checkpoint_b, catalog, config, tmp_path / "run-b", ports_b)))
+        servers[1].wait_for("ready in", timeout_s=600)
+        gc = CliRunner().invoke(
+            app, ["rollout", "gc", "--fingerprint", model_b.fingerprint, "--feast-config", str(config)]
+        )
+        assert gc.exit_code == 0 and f"dropped {model_a.fingerprint}" in gc.output, gc.output
+        assert GistStore(config=config, fingerprint=model_b.fingerprint).views() == [model_b.fingerprint]
+        with RerankClient(f"127.0.0.1:{ports_b[1]}", "grpc") as client:
+            got = client.rerank(QUERY, IDS)
+        assert {x.status for x in got} == {"feast"}
+        items = catalog.get(IDS)
+        kvs = model_b.compress(
+            [render_item(items[i].title, items[i].attributes, items[i].description) for i in IDS]
+        )
+        np.testing.assert_allclose(
+            [x.score for x in got], model_b.score(QUERY, kvs).numpy(), rtol=1e-4, atol=1e-5
+        )
+        assert recomputes(ports_b[3]) == 0
+    finally:
+        for server in servers:
+            server.stop()
+        for writer in writers:
+            writer.finish(signal.SIGTERM)
+        probe_a.close()
+        probe_b.close()

@@ -164,8 +164,8 @@ def probe(settings: KafkaSettings) -> Iterator[Probe]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> GistStore:
-    gist_store = GistStore(tmp_path / "feast")
+def store(tmp_path: Path, tiny_model: GistReranker) -> GistStore:
+    gist_store = GistStore(tmp_path / "feast", fingerprint=tiny_model.fingerprint)
     gist_store.apply()
     return gist_store
 
@@ -434,16 +434,20 @@ def test_materialize_recompresses_exactly_the_stale_items(
         items = list(catalog.iter_items())
         catalog.delete(items[-1].item_id)
     current = items[:5]
-    store.write(compress_rows(upgraded, [(i.item_id, i.fields(), i.version) for i in current]))
-    current_rows = store.read([i.item_id for i in current])
+    new_store = store.for_model(upgraded.fingerprint)  # the upgrade's own view, beside the live one
+    new_store.apply()
+    new_store.write(compress_rows(upgraded, [(i.item_id, i.fields(), i.version) for i in current]))
+    current_rows = new_store.read([i.item_id for i in current])
+    live_rows = store.read([i.item_id for i in items])
 
     out = cli(["materialize", "--stale-only", "--model", str(upgraded_dir), *feast], settings)
     assert "scanned 15, compressed 10, written 10" in out
-    fingerprints = store.stored_fingerprints([i.item_id for i in items[:-1]])
+    fingerprints = new_store.stored_fingerprints([i.item_id for i in items[:-1]])
     assert set(fingerprints.values()) == {upgraded.fingerprint}
-    assert store.read([i.item_id for i in current]) == current_rows  # untouched
+    assert new_store.read([i.item_id for i in current]) == current_rows  # untouched
     for item in items[5:-1]:
-        assert_row_is_direct_compress(store, upgraded, item.item_id, item.fields(), item.version)
+        assert_row_is_direct_compress(new_store, upgraded, item.item_id, item.fields(), item.version)
+    assert store.read([i.item_id for i in items]) == live_rows  # the live model's view is left as it was
 
     out = cli(["materialize", "--stale-only", "--model", str(upgraded_dir), *feast], settings)
     assert "scanned 15, compressed 0, written 0" in out
@@ -528,7 +532,7 @@ def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
     assert sum(probe.committed().values()) == committed + second.committed_records() < 90, log
 
     # A third consumer drains the rest: redelivery is harmless, each item ends at its latest version.
-    store = GistStore(feast_dir)
+    store = GistStore(feast_dir, fingerprint=tiny_model.fingerprint)
     consume_all(probe, tiny_model, store)
     for item_id, (version, item) in latest.items():
         assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
@@ -551,7 +555,9 @@ def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
         return upsert(item_id, version, item)
 
     feast_dir = tmp_path / "feast"
-    GistStore(feast_dir).apply()  # before two processes race to create the registry
+    GistStore(
+        feast_dir, fingerprint=tiny_model.fingerprint
+    ).apply()  # before two processes race to create the registry
     doomed = ConsumerProcess(settings, checkpoint, feast_dir, free_port())
     survivor = ConsumerProcess(settings, checkpoint, feast_dir, free_port())
     trickle: threading.Thread | None = None
@@ -585,7 +591,7 @@ def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
             if process.proc.poll() is None:
                 process.proc.kill()
     assert doomed.committed_records() > 0 and survivor.committed_records() > 0
-    store = GistStore(feast_dir)
+    store = GistStore(feast_dir, fingerprint=tiny_model.fingerprint)
     for item_id, (version, item) in latest.items():
         assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
 
@@ -599,7 +605,9 @@ def test_a_store_outage_under_a_live_consumer_is_retried_and_committed_only_afte
     written and only then committed, each item at its latest version."""
     redis_proc = RedisServer(tmp_path / "redis").start()
     try:
-        store = GistStore(tmp_path / "feast", online="redis", redis_url=redis_proc.url)
+        store = GistStore(
+            tmp_path / "feast", online="redis", redis_url=redis_proc.url, fingerprint=tiny_model.fingerprint
+        )
         store.apply()
         running = Running(
             GistConsumer(settings, tiny_model, store, batch_size=8, poll_timeout_s=0.2, max_backoff_s=1.0)
@@ -737,7 +745,7 @@ def race(
 ) -> Iterator[tuple[KafkaSettings, Probe, Catalog, GistStore, KVLookup, HeldRefreshes, EventPublisher]]:
     """The parts of the refresh race: the consumer process, the catalog and its change feed, a replica."""
     feast_dir = tmp_path / "feast"
-    store = GistStore(feast_dir)
+    store = GistStore(feast_dir, fingerprint=tiny_model.fingerprint)
     store.apply()
     writer = ConsumerProcess(settings, checkpoint, feast_dir, free_port())
     sink = HeldRefreshes(settings)

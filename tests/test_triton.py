@@ -170,9 +170,11 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def store(server: Endpoints, redis_proc: RedisServer) -> GistStore:
+def store(server: Endpoints, redis_proc: RedisServer, model: GistReranker) -> GistStore:
     """The server's Feast store, opened from the test process (as the consumer would)."""
-    return GistStore(server.feast_dir, online="redis", redis_url=redis_proc.url)
+    return GistStore(
+        server.feast_dir, online="redis", redis_url=redis_proc.url, fingerprint=model.fingerprint
+    )
 
 
 @pytest.fixture(scope="module", params=["http", "grpc"])

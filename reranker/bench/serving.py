@@ -716,7 +716,7 @@ def run_serving_bench(
         items = ItemSets.make(candidates, feast_requests, recompute_requests)
         catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
         catalog = Catalog(catalog_url)
-        store = GistStore(workdir / "feast")
+        store = GistStore(workdir / "feast", fingerprint=gist_model.fingerprint)
         pool = _synthetic_items(seed, candidates * (1 + 2 * recompute_requests), item_tokens)
         written, mean_tokens = _fill_catalog_and_store(catalog, store, gist_model, workdir, items, pool)
         console.print(

@@ -57,7 +57,7 @@ def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batc
     raw_s = time.perf_counter() - start
 
     catalog = Catalog(f"sqlite:///{workdir / 'catalog.db'}")
-    store = GistStore(workdir / "feast")
+    store = GistStore(workdir / "feast", fingerprint=model.fingerprint)
     store.apply()
     broker = KafkaBroker(workdir / "kafka")
     stop = threading.Event()
@@ -125,8 +125,13 @@ def _read_latency(model: GistReranker, workdir: Path, n_ids: int, repeats: int) 
     redis_server = RedisServer(workdir / "redis").start()
     try:
         stores = {
-            "feast_sqlite": GistStore(workdir / "feast-sqlite"),
-            "feast_redis": GistStore(workdir / "feast-redis", online="redis", redis_url=redis_server.url),
+            "feast_sqlite": GistStore(workdir / "feast-sqlite", fingerprint=model.fingerprint),
+            "feast_redis": GistStore(
+                workdir / "feast-redis",
+                online="redis",
+                redis_url=redis_server.url,
+                fingerprint=model.fingerprint,
+            ),
         }
         for name, store in stores.items():
             store.apply()

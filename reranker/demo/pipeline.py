@@ -209,7 +209,7 @@ def _consume_catalog(
     from reranker.store import GistStore
     from streaming.consumer import GistConsumer
 
-    store = GistStore(workdir / "feast")
+    store = GistStore(workdir / "feast", fingerprint=model.fingerprint)
     store.apply()
     consumer = GistConsumer(settings, model, store, batch_size=64, compress_batch_size=8)
     versions = {item.item_id: item.version for item in catalog.iter_items()}

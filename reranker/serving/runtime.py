@@ -131,10 +131,17 @@ class GistRuntime:
         self.catalog = Catalog(params.catalog_url)
         store = None
         if params.feast_online != "none":
+            # this model's own view: a replica never reads rows another model wrote (rollouts)
+            fingerprint = model.fingerprint
             store = (
-                GistStore(config=params.feast_config)
+                GistStore(config=params.feast_config, fingerprint=fingerprint)
                 if params.feast_config
-                else GistStore(params.feast_dir or None, params.feast_online, params.redis_url or None)
+                else GistStore(
+                    params.feast_dir or None,
+                    params.feast_online,
+                    params.redis_url or None,
+                    fingerprint=fingerprint,
+                )
             )
             try:
                 store.apply()  # a no-op when the consumer (or an earlier start) registered the view
