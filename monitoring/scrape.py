@@ -27,11 +27,12 @@ def sample_sum(samples: Samples, name: str, **labels: str) -> float:
 
 def histogram_quantile(samples: Samples, name: str, q: float, **labels: str) -> float:
     """Histogram quantile as Prometheus computes it: linear inside the bucket that crosses q."""
-    buckets = sorted(
-        (float(dict(lab)["le"]), v)
-        for (n, lab), v in samples.items()
-        if n == f"{name}_bucket" and set(labels.items()) <= set(lab)
-    )
+    by_le: dict[float, float] = {}  # summed over the series that match (e.g. several model instances)
+    for (n, lab), v in samples.items():
+        if n == f"{name}_bucket" and set(labels.items()) <= set(lab):
+            le = float(dict(lab)["le"])
+            by_le[le] = by_le.get(le, 0.0) + v
+    buckets = sorted(by_le.items())
     total = buckets[-1][1] if buckets else 0.0
     if total == 0:
         return float("nan")

@@ -140,10 +140,13 @@ def bench_serving(
     recompute_requests: Annotated[int, typer.Option(help="recompute-path requests per protocol")] = 2,
     concurrency: Annotated[int, typer.Option(help="concurrent clients")] = 4,
     num_threads: Annotated[int, typer.Option(help="torch threads per model process; 0 = default")] = 1,
+    instances: Annotated[int, typer.Option(min=1, help="gist_reranker model instances")] = 1,
+    saturate_s: Annotated[float, typer.Option(help="seconds of the saturated-throughput phase")] = 60.0,
     dtype: DType = "auto",
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_serving.json"),
 ) -> None:
-    """End-to-end latency over HTTP and gRPC (hit / Feast / recompute paths) vs in-process score()."""
+    """End-to-end latency over HTTP and gRPC (hit / Feast / recompute paths) vs in-process score(), and
+    saturated throughput (candidates/s) through Triton vs in-process score()."""
     from reranker.bench.serving import run_serving_bench
 
     run_serving_bench(
@@ -156,6 +159,8 @@ def bench_serving(
         feast_requests=feast_requests,
         recompute_requests=recompute_requests,
         num_threads=num_threads,
+        instances=instances,
+        saturate_s=saturate_s,
     )
 
 

@@ -13,9 +13,11 @@ cd "$(dirname "$0")/.."
 GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
 OUT=runs/ap89
 KS=${KS:-8 16 32}
-# 4 articles per step at up to 1024 tokens: ~50 s a step on 2 shared CPU cores (the stage also runs a
-# no-grad control pass for autoencode_gap), so STEPS is what fits ~15 min per k there, not convergence
-STEPS=${STEPS:-16}
+# 4 articles per step at up to 1024 tokens (+ a no-grad control pass for autoencode_gap): 93 s a step
+# and ~10 GB on 2 CPU cores shared with another job, so STEPS=8 is what fits ~12 min per k there — far
+# short of the 40-80 steps the synthetic stage needed before its gists carried their item; raise it
+# where there is more compute (a stopped or finished run is extended, not restarted)
+STEPS=${STEPS:-8}
 # keep 24: the eval rewrites every run file of the run folder with the queries it covers, so a smaller
 # slice here would cut the cached 24-topic runs (the reference alone is ~35 min to score again)
 MAX_QUERIES=${MAX_QUERIES:-24}

@@ -204,6 +204,9 @@ def test_bench_store_measures_every_path(tiny_base: Path, tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     bench = json.loads(out.read_text())
     assert bench["consumer"]["items"] == 8 and bench["consumer"]["consumer_items_per_s"] > 0
+    scaling = bench["consumer_scaling"]
+    assert set(scaling["items_per_s"]) == {"1", "2"} and all(r > 0 for r in scaling["items_per_s"].values())
+    assert scaling["speedup"]["1"] == 1.0 and scaling["partitions"] == 2
     for path in ("feast_sqlite", "feast_redis", "raw_redis_pipeline"):
         assert 0 < bench["read"][path]["p50_ms"] <= bench["read"][path]["p99_ms"]
     sizes = {b["storage_dtype"]: b for b in bench["blobs"]}

@@ -104,7 +104,6 @@ def test_triton_settings_parse_and_its_probes_ask_triton() -> None:
         "http": settings.http_port,
         "grpc": settings.grpc_port,
         "metrics": settings.metrics_port,
-        "model-metrics": settings.model_metrics_port,
     }
     assert settings.host == "0.0.0.0"  # inside the pod: the kubelet and Prometheus reach it on the pod IP
     assert triton["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}

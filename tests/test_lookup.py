@@ -134,7 +134,6 @@ def _foreign_kv(kv: GistKV) -> GistKV:
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
-        ("foreign_row", "foreign_fingerprint"),
         ("foreign_blob", "foreign_fingerprint"),
         ("flipped_byte", "corrupt_blob"),
         ("truncated", "corrupt_blob"),
@@ -147,9 +146,7 @@ def test_unusable_feast_rows_are_recomputed_and_counted(
 ) -> None:
     good = row_for(tiny_model, catalog, "item-4")
     kv = tiny_model.compress([text_of(catalog, "item-4")])[0]
-    if damage == "foreign_row":  # another model's row: its column already says so
-        row = row_for(tiny_model, catalog, "item-4", kv=_foreign_kv(kv))
-    elif damage == "foreign_blob":  # the column claims this model, the blob inside does not
+    if damage == "foreign_blob":  # the column claims this model, the blob inside does not
         blob = kv_codec.encode(_foreign_kv(kv), good.content_hash)
         row = GistRow(**{**good.__dict__, "kv": blob})
     elif damage == "flipped_byte":

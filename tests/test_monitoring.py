@@ -405,7 +405,6 @@ def test_prometheus_scrapes_the_ports_the_stack_serves_metrics_on() -> None:
     consumer_command = services["consumer"]["command"]
     serving = {
         ("triton", str(triton_env["GISTRANK_SERVE_METRICS_PORT"])),
-        ("triton", str(triton_env["GISTRANK_SERVE_MODEL_METRICS_PORT"])),
         ("consumer", consumer_command[consumer_command.index("--metrics-port") + 1]),
     }
     scraped = set()
@@ -446,13 +445,13 @@ def test_triton_entrypoint_writes_the_compose_deployment_parameters(tmp_path: Pa
     entrypoint = _entrypoint()
     env = {k: str(v) for k, v in _compose_config()["services"]["triton"]["environment"].items()}
     settings = entrypoint.settings_from_env(env)
-    repo = write_repository(tmp_path / "models", settings.parameters())
+    repo = write_repository(tmp_path / "models", settings.parameters(), settings.instance_counts())
     gist = read_parameters((repo / GIST_MODEL / "config.pbtxt").read_text())
     full = read_parameters((repo / FULL_MODEL / "config.pbtxt").read_text())
     # The model processes parse these at load; a bad value would fail the container's start.
     gist_params, full_params = GistParams.parse(gist), FullParams.parse(full)
-    assert gist_params.metrics_address == "0.0.0.0"
-    assert gist_params.metrics_port == 8003
+    assert settings.host == "0.0.0.0" and settings.metrics_port == 8002  # gistrank_* go out through Triton
+    assert gist_params.kafka_bootstrap_servers == "kafka:9092"
     assert gist_params.feast_online == "redis"
     assert gist_params.redis_url == "redis://redis:6379/0"
     assert gist_params.catalog_url == full_params.catalog_url == "sqlite:////app/var/catalog.db"

@@ -12,9 +12,9 @@ def test_config_parameters_are_exactly_the_runtime_parameters() -> None:
     gist = read_parameters((TEMPLATE_REPO / GIST_MODEL / "config.pbtxt").read_text())
     full = read_parameters((TEMPLATE_REPO / FULL_MODEL / "config.pbtxt").read_text())
     params = GistParams.parse(gist)
-    assert params.metrics_address == "127.0.0.1" and 0 < params.shadow_rate < 0.1
+    assert params.kafka_bootstrap_servers == "" and 0 < params.shadow_rate < 0.1
     FullParams.parse(full)
-    with pytest.raises(ValueError, match=r"unknown \['typo'\], missing \['metrics_port'\]"):
-        GistParams.parse({**{k: v for k, v in gist.items() if k != "metrics_port"}, "typo": "1"})
+    with pytest.raises(ValueError, match=r"unknown \['typo'\], missing \['l1_ttl_s'\]"):
+        GistParams.parse({**{k: v for k, v in gist.items() if k != "l1_ttl_s"}, "typo": "1"})
     with pytest.raises(ValueError, match="l1_bytes='lots' is not a valid int"):
         GistParams.parse({**gist, "l1_bytes": "lots"})

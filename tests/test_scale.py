@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,6 @@ def serve_args(
         "--http-port", str(ports[0]),
         "--grpc-port", str(ports[1]),
         "--metrics-port", str(ports[2]),
-        "--model-metrics-port", str(ports[3]),
         "--workdir", str(workdir),
     ]  # fmt: skip
 
@@ -142,7 +142,7 @@ def test_triton_reads_the_cluster_and_its_recomputes_reach_it_only_through_the_c
     ).apply()  # before two processes race to register the view
     writer = ConsumerProcess(settings, checkpoint, None, free_port(), feast_config=config)
     stored, missing = IDS[:8], IDS[8:]
-    ports = [free_port() for _ in range(4)]
+    ports = [free_port() for _ in range(3)]
     args = [*serve_args(checkpoint, catalog, config, tmp_path / "run", ports)]
     serve = Serve([*args, "--kafka-bootstrap-servers", settings.bootstrap_servers], env=kafka_env(settings))
     try:
@@ -178,16 +178,21 @@ def test_triton_reads_the_cluster_and_its_recomputes_reach_it_only_through_the_c
     assert sum(keys) == len(IDS) and min(keys) > 0, keys  # every item, on every master
 
 
-def recomputes(metrics_port: int) -> float:
-    """All recompute fallbacks a gist_reranker process has counted, whatever the reason."""
+def samples(metrics_port: int, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample `name` on a tritonserver's metrics endpoint."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    return sum(
-        sample.value
+    return [
+        (sample.labels, sample.value)
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == "gistrank_recompute_fallbacks_total"
-    )
+        if sample.name == name
+    ]
+
+
+def recomputes(metrics_port: int) -> float:
+    """All recompute fallbacks the gist_reranker instances have counted, whatever the reason."""
+    return sum(v for _, v in samples(metrics_port, "gistrank_recompute_fallbacks_total"))
 
 
 @pytest.mark.triton
@@ -230,7 +235,7 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
         assert publish_events(topic, [item.event() for item in catalog.get(IDS).values()]) == len(IDS)
         wait_until(probe_a.caught_up, WAIT_S, "model A's consumer to store the catalog")
         assert status(model_a)[0] == 0
-        ports_a = [free_port() for _ in range(4)]
+        ports_a = [free_port() for _ in range(3)]
         servers.append(Serve(serve_args(checkpoint, catalog, config, tmp_path / "run-a", ports_a)))
         servers[0].wait_for("ready in", timeout_s=600)
         with RerankClient(f"127.0.0.1:{ports_a[1]}", "grpc") as client:
@@ -244,12 +249,12 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
                 during += 1
             assert during > 0  # requests were answered while B's view was still filling
             assert {x.status for x in client.rerank(QUERY, IDS)} <= {"feast", "l1"}
-        assert recomputes(ports_a[3]) == 0
+        assert recomputes(ports_a[2]) == 0
         code, out = status(model_b)
         assert code == 0 and f"model {model_b.fingerprint} covers the catalog" in out, out
         assert servers[0].stop() == 0
 
-        ports_b = [free_port() for _ in range(4)]  # the switch: replicas on model B
+        ports_b = [free_port() for _ in range(3)]  # the switch: replicas on model B
         servers.append(Serve(serve_args(checkpoint_b, catalog, config, tmp_path / "run-b", ports_b)))
         servers[1].wait_for("ready in", timeout_s=600)
         gc = CliRunner().invoke(
@@ -267,7 +272,7 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
         np.testing.assert_allclose(
             [x.score for x in got], model_b.score(QUERY, kvs).numpy(), rtol=1e-4, atol=1e-5
         )
-        assert recomputes(ports_b[3]) == 0
+        assert recomputes(ports_b[2]) == 0
     finally:
         for server in servers:
             server.stop()
@@ -275,3 +280,46 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
             writer.finish(signal.SIGTERM)
         probe_a.close()
         probe_b.close()
+
+
+@pytest.mark.triton
+def test_several_model_instances_share_the_load_and_report_through_triton(
+    tmp_path: Path, config: Path, checkpoint: Path, catalog: Catalog
+) -> None:
+    """`gistrank serve --instances 2`: two gist_reranker processes answer concurrent requests; their
+    gistrank_* series reach Triton's one metrics endpoint labelled by instance, and the per-instance counts
+    add up to the requests sent (and to Triton's own count)."""
+    if not tritonserver_binary().is_file():
+        pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
+    model = GistReranker.from_pretrained(checkpoint, device="cpu")
+    GistStore(config=config, fingerprint=model.fingerprint).apply()
+    ports = [free_port() for _ in range(3)]
+    serve = Serve([*serve_args(checkpoint, catalog, config, tmp_path / "run", ports), "--instances", "2"])
+    requests, threads = 24, 4
+    try:
+        serve.wait_for("ready in", timeout_s=600)
+
+        def send(n: int) -> set[str]:
+            with RerankClient(f"127.0.0.1:{ports[0]}", "http") as client:
+                return {x.status for i in range(n) for x in client.rerank(QUERY, IDS[i % 4 : i % 4 + 6])}
+
+        with ThreadPoolExecutor(threads) as pool:
+            statuses = set().union(*pool.map(send, [requests // threads] * threads))
+        assert statuses <= {"feast", "l1", "recompute"}
+        ok = {
+            labels["model_instance"]: v
+            for labels, v in samples(ports[2], "gistrank_rerank_requests_total")
+            if labels["outcome"] == "ok"
+        }
+        assert set(ok) == {"gist_reranker_0_0", "gist_reranker_0_1"}, ok
+        assert all(v > 0 for v in ok.values()) and sum(ok.values()) == requests, ok
+        gauges = {labels["model_instance"] for labels, _ in samples(ports[2], "gistrank_l1_cache_bytes")}
+        assert gauges == set(ok)  # each instance its own L1
+        triton = [
+            v
+            for labels, v in samples(ports[2], "nv_inference_request_success_total")
+            if labels["model"] == "gist_reranker"
+        ]
+        assert sum(triton) == requests
+    finally:
+        assert serve.stop() == 0, serve.output

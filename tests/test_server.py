@@ -32,17 +32,22 @@ def test_set_parameters_escapes_values_and_refuses_unknown_keys(tmp_path: Path) 
     assert read_parameters(set_parameters(text, {"catalog_url": odd}))["catalog_url"] == odd
     with pytest.raises(ServerError, match="not listed"):
         set_parameters(text, {"nope": "1"})
-    settings_ = ServerSettings(model_path="/m", shadow_rate=1.0, model_metrics_port=9999)
-    repo = write_repository(tmp_path / "models", settings_.parameters())
-    written = read_parameters((repo / GIST_MODEL / "config.pbtxt").read_text())
-    assert written["shadow_rate"] == "1.0" and written["metrics_port"] == "9999"
+    settings_ = ServerSettings(model_path="/m", shadow_rate=1.0, instances=3)
+    repo = write_repository(tmp_path / "models", settings_.parameters(), settings_.instance_counts())
+    gist_config = (repo / GIST_MODEL / "config.pbtxt").read_text()
+    written = read_parameters(gist_config)
+    assert (
+        written["shadow_rate"] == "1.0" and "instance_group [ { count: 3, kind: KIND_CPU } ]" in gist_config
+    )
+    with pytest.raises(ServerError, match="instances must be >= 1"):
+        ServerSettings(model_path="/m", instances=0).instance_counts()
     assert read_parameters((repo / FULL_MODEL / "config.pbtxt").read_text())["model_path"] == "/m"
     assert (repo / GIST_MODEL / "1" / "model.py").is_file()
 
 
 def test_local_settings_pick_free_ports_and_keep_files_in_the_workdir(tmp_path: Path) -> None:
     local = ServerSettings.local("/m", tmp_path, shadow_rate=1.0, grpc_port=9001)
-    assert (local.http_port, local.metrics_port, local.model_metrics_port) == (0, 0, 0)  # 0: free at start
+    assert (local.http_port, local.metrics_port) == (0, 0)  # 0: free at start
     assert local.grpc_port == 9001 and local.shadow_rate == 1.0 and local.model_path == "/m"
     assert (local.feast_dir, local.workdir) == (str(tmp_path / "feast"), str(tmp_path / "triton"))
 

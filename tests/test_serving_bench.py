@@ -48,6 +48,7 @@ def test_serving_bench_tiny(tiny_base: Path, tmp_path: Path) -> None:
         num_gist=4,
         item_tokens=(40, 80),
         num_threads=1,
+        saturate_s=5,
         request_timeout_s=120,
         phase_budget_s=300,
     )
@@ -90,3 +91,14 @@ def test_serving_bench_tiny(tiny_base: Path, tmp_path: Path) -> None:
     for key, _ in RATIOS:
         for protocol in PROTOCOLS:
             _positive(result["ratios"][key][protocol], f"ratios.{key}.{protocol}")
+
+    saturated = result["throughput"]
+    assert (saturated["instances"], saturated["concurrency"]) == (1, 2)  # max(concurrency, 2 × instances)
+    assert saturated["requests"] > 0 and saturated["errors"] == 0, saturated
+    assert set(saturated["statuses"]) == {"l1"}, saturated
+    for key in ("wall_s", "candidates_per_s", "inprocess_candidates_per_s", "ratio"):
+        _positive(saturated[key], f"throughput.{key}")
+    expected = (
+        saturated["requests"] * CANDIDATES / saturated["wall_s"] / saturated["inprocess_candidates_per_s"]
+    )
+    assert math.isclose(saturated["ratio"], expected, rel_tol=1e-9)

@@ -121,12 +121,11 @@ def redis_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer
 
 
 class Endpoints:
-    def __init__(self, serve: Serve, http: int, grpc: int, metrics: int, model_metrics: int) -> None:
+    def __init__(self, serve: Serve, http: int, grpc: int, metrics: int) -> None:
         self.serve = serve
         self.http = f"127.0.0.1:{http}"
         self.grpc = f"127.0.0.1:{grpc}"
-        self.metrics = f"http://127.0.0.1:{metrics}/metrics"
-        self.model_metrics = f"http://127.0.0.1:{model_metrics}/metrics"
+        self.metrics = f"http://127.0.0.1:{metrics}/metrics"  # Triton's: nv_inference_* and gistrank_*
         self.startup_s = 0.0
         self.feast_dir = Path()
 
@@ -141,7 +140,7 @@ def server(
     if not tritonserver_binary().is_file():
         pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
     root = tmp_path_factory.mktemp("serve")
-    ports = [free_port() for _ in range(4)]
+    ports = [free_port() for _ in range(3)]
     args = [
         "--model", str(checkpoint),
         "--catalog-url", str(catalog.engine.url),
@@ -155,7 +154,6 @@ def server(
         "--http-port", str(ports[0]),
         "--grpc-port", str(ports[1]),
         "--metrics-port", str(ports[2]),
-        "--model-metrics-port", str(ports[3]),
         "--workdir", str(root / "run"),
     ]  # fmt: skip
     serve = Serve(args)
@@ -194,7 +192,9 @@ def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 
 def value(samples: dict, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
+    """Sum of the samples named `name` whose labels include `labels` (over model instances too)."""
+    want = set(labels.items())
+    return sum(v for (n, labs), v in samples.items() if n == name and want <= labs)
 
 
 def delta(before: dict, after: dict, name: str, **labels: str) -> float:
@@ -202,7 +202,7 @@ def delta(before: dict, after: dict, name: str, **labels: str) -> float:
 
 
 def model_metric(server: Endpoints, name: str, **labels: str) -> float:
-    return value(scrape(server.model_metrics), name, **labels)
+    return value(scrape(server.metrics), name, **labels)
 
 
 def shadow_backlog(samples: dict) -> float:
@@ -217,7 +217,7 @@ def wait_shadow_idle(server: Endpoints) -> dict:
     samples: dict = {}
 
     def idle() -> bool:
-        samples.update(scrape(server.model_metrics))
+        samples.update(scrape(server.metrics))
         return shadow_backlog(samples) == 0
 
     wait_until(idle, 120, "the shadow backlog to drain")
@@ -245,7 +245,7 @@ def test_feast_miss_recomputes_the_next_request_hits_l1_and_serving_never_writes
     """This server has no broker to hand refresh requests to (test_scale runs the path through one to
     the consumer): a recompute stays in its L1, and the store is left to the consumer."""
     ids = fresh_ids(5)
-    before = scrape(server.model_metrics)
+    before = scrape(server.metrics)
     with RerankClient(server.http) as c:
         first = c.rerank(QUERY, ids)
         assert {x.status for x in first} == {"recompute"}
@@ -256,7 +256,7 @@ def test_feast_miss_recomputes_the_next_request_hits_l1_and_serving_never_writes
     np.testing.assert_allclose([x.score for x in first], expected, rtol=1e-4, atol=1e-5)
     assert store.read(ids) == dict.fromkeys(ids)
 
-    after = scrape(server.model_metrics)
+    after = scrape(server.metrics)
     n = len(ids)
     assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="feast_miss") == n
     assert delta(before, after, "gistrank_cache_misses_total", tier="l1") == n
@@ -298,20 +298,21 @@ def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
     flipped = bytearray(good_blob)
     flipped[-7] ^= 0x01
     rows = [
-        catalog_row(catalog, a, foreign[a]),  # another model's row
+        # another model's blob (a row of another model in this model's view is refused by the store)
+        catalog_row(catalog, a, noise[a], blob=kv_codec.encode(foreign[a], "y")),
         catalog_row(catalog, b, noise[b], blob=kv_codec.encode(foreign[b], "x")),  # column lies, blob foreign
         catalog_row(catalog, c, noise[c], blob=bytes(flipped)),  # one bit flipped
         catalog_row(catalog, d, noise[d], blob=kv_codec.encode(noise[d], "x")[:-100]),  # truncated
         catalog_row(catalog, e, noise[e], blob=b"\x80\x04\x95 not a blob"),  # not ours at all
     ]
     assert store.write(rows).written == tuple(ids)
-    before = scrape(server.model_metrics)
+    before = scrape(server.metrics)
     with RerankClient(server.http) as client:
         got = client.rerank(QUERY, ids)
     assert {x.status for x in got} == {"recompute"}
     expected = model.score(QUERY, [kvs[i] for i in ids]).numpy()
     np.testing.assert_allclose([x.score for x in got], expected, rtol=1e-4, atol=1e-5)
-    after = scrape(server.model_metrics)
+    after = scrape(server.metrics)
     assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="foreign_fingerprint") == 2
     assert delta(before, after, "gistrank_recompute_fallbacks_total", reason="corrupt_blob") == 3
 
@@ -498,6 +499,8 @@ def test_metrics_follow_prometheus_conventions_and_triton_exports_its_own(server
     for stage in ("fetch", "model", "total"):
         assert value(samples, "gistrank_rerank_request_duration_seconds_count", stage=stage) > 0
     assert value(samples, "gistrank_l1_cache_bytes") > 0
+    # through Triton's endpoint, each series labelled with the model instance that counted it
+    assert samples[("gistrank_l1_cache_bytes", frozenset({("model_instance", "gist_reranker_0_0")}))] > 0
     label_values = {v for _, labels in samples for _, v in labels}
     assert not label_values & set(IDS + FRESH_IDS), "no item ids in labels"
 

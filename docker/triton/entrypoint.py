@@ -72,7 +72,7 @@ def main() -> None:
     workdir = Path(settings.workdir or tempfile.mkdtemp(prefix="gistrank-triton-"))
     # A restarted container keeps its files: replace the previous run's repository.
     shutil.rmtree(workdir / "models", ignore_errors=True)
-    repository = write_repository(workdir / "models", settings.parameters())
+    repository = write_repository(workdir / "models", settings.parameters(), settings.instance_counts())
     command = tritonserver_command(settings, repository)
     print("exec", " ".join(command), flush=True)
     # exec: tritonserver becomes PID 1 and receives `docker stop`'s SIGTERM itself, so it unloads the

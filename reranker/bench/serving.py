@@ -145,6 +145,22 @@ class InProcessResult:
 
 
 @dataclass(frozen=True)
+class ThroughputResult:
+    """Saturated throughput of the hit path over gRPC (`concurrency` clients, every instance busy) next
+    to in-process `score()` on one thread of this process, in candidates scored per second."""
+
+    instances: int
+    concurrency: int
+    requests: int
+    errors: int
+    statuses: dict[str, int]
+    wall_s: float
+    candidates_per_s: float
+    inprocess_candidates_per_s: float
+    ratio: float  # Triton / in-process
+
+
+@dataclass(frozen=True)
 class BenchMeta:
     model: str
     checkpoint: str
@@ -175,6 +191,7 @@ class ServingBenchResult:
     inprocess: InProcessResult
     paths: dict[str, dict[str, PhaseResult]]  # path → protocol → phase
     ratios: dict[str, dict[str, float]]  # RATIOS key → protocol → ratio
+    throughput: ThroughputResult
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -433,9 +450,9 @@ def _send(client: Any, query: str, ids: list[str]) -> list[Any]:
     return client.rerank(query, ids)
 
 
-def _scrape(server: TritonServer) -> tuple[dict, dict]:
-    """The gist_reranker process's metrics and Triton's own."""
-    return scrape(server.model_metrics_url), scrape(server.metrics_url)
+def _scrape(server: TritonServer) -> dict:
+    """Triton's metrics endpoint: its own nv_inference_* and the gist_reranker's gistrank_*."""
+    return scrape(server.metrics_url)
 
 
 def _warm_up(server: TritonServer, hit_plan: Plan, timeout_s: float, budget_s: float) -> None:
@@ -469,7 +486,7 @@ def _measure_phase(
     if not load.latencies:
         detail = load.errors[0] if load.errors else "the time budget ran out"
         raise BenchError(f"no {path} request over {protocol} succeeded: {detail}")
-    server_stats = _server_stats(_delta(before[0], after[0]))
+    server_stats = _server_stats(_delta(before, after))
     client = LatencyStats.of(load.latencies)
     total = server_stats["total"]
     return PhaseResult(
@@ -484,7 +501,7 @@ def _measure_phase(
         overhead=Overhead(
             p50_s=_minus(client.p50_s, total.p50_s), mean_s=_minus(client.mean_s, total.mean_s)
         ),
-        queue_mean_s=_triton_queue_mean_s(_delta(before[1], after[1]), GIST_MODEL),
+        queue_mean_s=_triton_queue_mean_s(_delta(before, after), GIST_MODEL),
         wall_s=load.wall_s,
         throughput_rps=len(load.latencies) / load.wall_s,
         client_cpu_s_per_request=load.cpu_s / (len(load.latencies) + len(load.errors)),
@@ -513,6 +530,38 @@ def _measure_paths(
                     f"{phase.errors} errors {phase.error_examples[:1]}[/]"
                 )
     return paths
+
+
+def _measure_throughput(
+    server: TritonServer,
+    plan: Plan,
+    candidates: int,
+    instances: int,
+    concurrency: int,
+    timeout_s: float,
+    duration_s: float,
+    inprocess: InProcessResult,
+) -> ThroughputResult:
+    """As many hit requests as `concurrency` gRPC clients get answered in `duration_s` (`plan` is long
+    enough not to run out first)."""
+    load = _run_load(
+        _send, _connect(server, "grpc", timeout_s), plan, concurrency, duration_s, "saturated grpc"
+    )
+    if not load.latencies:
+        raise BenchError(f"no saturated request succeeded: {load.errors[:1]}")
+    served = len(load.latencies) * candidates / load.wall_s
+    inprocess_rate = candidates / inprocess.score.mean_s
+    return ThroughputResult(
+        instances=instances,
+        concurrency=concurrency,
+        requests=len(load.latencies),
+        errors=len(load.errors),
+        statuses=dict(load.statuses),
+        wall_s=load.wall_s,
+        candidates_per_s=served,
+        inprocess_candidates_per_s=inprocess_rate,
+        ratio=served / inprocess_rate,
+    )
 
 
 # ------------------------------------------------------------------------------------------ reporting
@@ -645,6 +694,20 @@ def _print_table(console: Console, result: ServingBenchResult) -> None:
     for key, name in RATIOS:
         summary.add_row(name, *(f"{ratios[key][p]:.2f}x" for p in PROTOCOLS))
     console.print(summary)
+    t = result.throughput
+    saturated = Table(title="saturated throughput, hit path over gRPC", title_justify="left")
+    for column in ("instances", "clients", "requests", "Triton cand/s", "in-process score() cand/s", "ratio"):
+        saturated.add_column(column, justify="right")
+    saturated.add_row(
+        str(t.instances),
+        str(t.concurrency),
+        f"{t.requests} ({t.errors} errors)",
+        f"{t.candidates_per_s:.0f}",
+        f"{t.inprocess_candidates_per_s:.0f}",
+        f"{t.ratio:.2f}x",
+    )
+    console.print(saturated)
+    console.print(f"[dim]statuses under saturation: {t.statuses}[/]")
 
 
 # ---------------------------------------------------------------------------------------- the bench
@@ -664,6 +727,8 @@ def run_serving_bench(
     item_tokens: tuple[int, int] = (64, 192),
     seed: int = 0,
     num_threads: int = 0,
+    instances: int = 1,
+    saturate_s: float = 60.0,
     request_timeout_s: float = 600.0,
     phase_budget_s: float = 900.0,
     startup_timeout_s: float = 600.0,
@@ -679,6 +744,9 @@ def run_serving_bench(
     `num_threads`: torch threads of the server's model processes and of the in-process model (set for this
     call, restored after); 0 = torch's default. On a small or shared machine 1 can be much faster: torch's
     threads then wait on cores that the client, the other model process or other work hold.
+    `instances`: gist_reranker model instances; after the paths, the hit path is driven for `saturate_s`
+    by max(`concurrency`, 2 × `instances`) gRPC clients for the saturated throughput (candidates/s) next
+    to in-process `score()`'s.
     `workdir`: catalog, Feast store, checkpoint and Triton run directory; default a temporary directory
     (removed at the end); an existing one is reused, its earlier benchmark files replaced.
     """
@@ -740,6 +808,7 @@ def run_serving_bench(
             shadow_rate=0.0,
             max_candidates=max(200, candidates),
             num_threads=num_threads,
+            instances=instances,
         )
         server = TritonServer(settings).start(startup_timeout_s)
         console.print(f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, log {server.log_path}")
@@ -748,8 +817,15 @@ def run_serving_bench(
         _warm_up(server, items.plans(queries, warmup)["hit"][0], request_timeout_s, phase_budget_s)
         plans = items.plans(queries, requests)
         paths = _measure_paths(server, plans, concurrency, request_timeout_s, phase_budget_s, console)
+
+        saturating = max(concurrency, 2 * instances)
+        steps(f"6. saturated throughput: hit path, {saturating} gRPC clients for {saturate_s:.0f} s")
+        long_plan = items.plans(queries, 100_000)["hit"][1]
+        throughput = _measure_throughput(
+            server, long_plan, candidates, instances, saturating, request_timeout_s, saturate_s, inprocess
+        )
     finally:
-        steps("6. stopping tritonserver")
+        steps("7. stopping tritonserver")
         if server is not None:
             server.stop()
         if catalog is not None:
@@ -783,7 +859,7 @@ def run_serving_bench(
         platform=platform.platform(),
         duration_s=steps.elapsed(),
     )
-    result = ServingBenchResult(meta, inprocess, paths, _ratios(paths, inprocess))
+    result = ServingBenchResult(meta, inprocess, paths, _ratios(paths, inprocess), throughput)
     _print_table(console, result)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """Feature-store and streaming benchmark (`gistrank bench-store`), measured side by side in one run.
 
 1. Consumer end to end (catalog → Kafka → GistConsumer → Feast) items/s against raw batched
-   `compress` items/s of the same texts: the pipeline's overhead (target ≤ 10%).
+   `compress` items/s of the same texts: the pipeline's overhead (target ≤ 10%); then the same backfill
+   by 1 and by 2 `gistrank consume` processes of one group (two partitions), side by side.
 2. Feast `get_online_features` latency for 50 ids on SQLite and on Redis, next to a raw pipelined
    Redis GET of the same blobs (the floor any Redis-backed store can reach).
 3. Stored blob bytes against the formula 2·L·k·H_kv·h·b for every storage dtype.
@@ -10,12 +11,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import redis
+from kafka.errors import KafkaError
 from prometheus_client import REGISTRY
 from rich.console import Console
 from rich.table import Table
@@ -101,10 +107,113 @@ def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batc
     }
 
 
-def _wait_for(done, worker: threading.Thread, timeout_s: float = 1800.0) -> None:
+def _group_progress(settings: KafkaSettings) -> tuple[int, int]:
+    """(records committed by the group, records in the change topic)."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    admin = KafkaAdminClient(**settings.admin_kwargs())
+    reader = KafkaConsumer(**settings.client_kwargs())
+    try:
+        parts = [TopicPartition(settings.topic, p) for p in reader.partitions_for_topic(settings.topic) or ()]
+        end = sum(reader.end_offsets(parts).values())
+        try:
+            offsets = admin.list_group_offsets({settings.group_id: None})[settings.group_id]
+        except KafkaError:  # no coordinator / nothing committed yet
+            return 0, end
+        return sum(meta.offset for meta in offsets.values() if meta.offset >= 0), end
+    finally:
+        admin.close()
+        reader.close()
+
+
+def _consumer_scaling(
+    model: GistReranker, workdir: Path, n_items: int, batch: int, processes: tuple[int, ...] = (1, 2)
+) -> dict:
+    """A backfill of `n_items` events drained by N `gistrank consume` processes of one group, for each N in
+    `processes`, on a topic of max(processes) partitions. The clock starts once every process has loaded
+    the model and committed a warm-up event of each partition it owns."""
+    checkpoint = model.save_pretrained(workdir / "checkpoint")
+    relevance = generate(1, max(1, n_items // 4) + 4, 1, length_tokens=(150, 400))
+    items = list(relevance.items.values())
+    warmups, items = items[:8], items[8 : 8 + n_items]
+    catalog = Catalog(f"sqlite:///{workdir / 'catalog.db'}")
+    GistStore(workdir / "feast", fingerprint=model.fingerprint).apply()
+    broker = KafkaBroker(workdir / "kafka")
+    rates: dict[str, float] = {}
+    try:
+        servers = broker.start()
+        for count in processes:
+            settings = KafkaSettings.from_env(
+                bootstrap_servers=servers, topic=f"scale-{count}", dlq_topic=f"scale-{count}.dlq",
+                group_id=f"scale-{count}",
+            )  # fmt: skip
+            ensure_topics(settings, partitions=max(processes))
+            env = os.environ | {
+                "GISTRANK_KAFKA_TOPIC": settings.topic,
+                "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic,
+                "GISTRANK_KAFKA_GROUP_ID": settings.group_id,
+            }
+            args = [sys.executable, "-m", "streaming.cli", "consume", "--model", str(checkpoint)]
+            args += [
+                "--feast-dir",
+                str(workdir / "feast"),
+                "--bootstrap-servers",
+                servers,
+                "--no-create-topics",
+            ]
+            args += ["--batch-size", str(batch), "--compress-batch-size", str(batch)]
+            procs = [
+                subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for _ in range(count)
+            ]
+            try:
+                warm = [
+                    catalog.upsert(f"{i.item_id}-{count}", i.title, dict(i.attributes), i.description)
+                    for i in warmups
+                ]
+                publish_events(settings, warm)
+                _wait_for(lambda s=settings: _group_progress(s)[0] >= len(warmups), procs)
+                events = [
+                    catalog.upsert(f"{i.item_id}-{count}", i.title, dict(i.attributes), i.description)
+                    for i in items
+                ]
+                start = time.perf_counter()
+                publish_events(settings, events)
+                with tqdm(total=n_items, desc=f"{count} consumer process(es)", unit="item") as bar:
+
+                    def drained(s: KafkaSettings = settings) -> bool:
+                        done, end = _group_progress(s)
+                        bar.n = max(0, done - len(warmups))
+                        bar.refresh()
+                        return done >= end
+
+                    _wait_for(drained, procs)
+                rates[str(count)] = n_items / (time.perf_counter() - start)
+            finally:
+                for proc in procs:
+                    proc.send_signal(signal.SIGTERM)
+                for proc in procs:
+                    proc.wait(timeout=120)
+    finally:
+        broker.stop()
+        catalog.close()
+    return {
+        "items": n_items,
+        "partitions": max(processes),
+        "items_per_s": rates,
+        "speedup": {n: rate / rates[str(processes[0])] for n, rate in rates.items()},
+    }
+
+
+def _wait_for(done, worker: threading.Thread | list[subprocess.Popen], timeout_s: float = 1800.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
-        if not worker.is_alive() or time.monotonic() > deadline:
+        alive = (
+            worker.is_alive()
+            if isinstance(worker, threading.Thread)
+            else all(p.poll() is None for p in worker)
+        )
+        if not alive or time.monotonic() > deadline:
             raise RuntimeError("the consumer stopped or timed out before finishing")
         time.sleep(0.1)
 
@@ -200,6 +309,7 @@ def run_store_bench(
     result = {
         "meta": {"base": base, "num_gist": num_gist, "dtype": model.gist.dtype, "device": str(model.device)},
         "consumer": _consumer_vs_compress(model, workdir / "consumer", consumer_items, compress_batch),
+        "consumer_scaling": _consumer_scaling(model, workdir / "scaling", consumer_items, compress_batch),
         "read": _read_latency(model, workdir / "read", read_ids, read_repeats),
         "blobs": _blob_sizes(model),
     }
@@ -210,6 +320,16 @@ def run_store_bench(
     table.add_row(
         f"{c['raw_compress_items_per_s']:.2f}", f"{c['consumer_items_per_s']:.2f}", f"{c['overhead']:.1%}"
     )
+    console.print(table)
+    s = result["consumer_scaling"]
+    title = (
+        f"backfill of {s['items']} items by consumer processes of one group ({s['partitions']} partitions)"
+    )
+    table = Table(title=title)
+    for col in ("processes", "items/s", "speed-up"):
+        table.add_column(col, justify="right")
+    for n, rate in s["items_per_s"].items():
+        table.add_row(n, f"{rate:.2f}", f"{s['speedup'][n]:.2f}x")
     console.print(table)
     r = result["read"]
     table = Table(title=f"online read of {r['ids']} ids ({r['blob_bytes'] / 1024:.0f} KiB blobs)")

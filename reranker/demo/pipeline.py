@@ -154,7 +154,7 @@ def _metrics_snapshot(console: Console, url: str) -> None:
     hits = {t: sample_sum(s, "gistrank_cache_hits_total", tier=t) for t in ("l1", "feast")}
     misses = {t: sample_sum(s, "gistrank_cache_misses_total", tier=t) for t in ("l1", "feast")}
     lookups = hits["l1"] + misses["l1"]
-    table = Table(title="metrics snapshot (gist_reranker process + consumer)", title_justify="left")
+    table = Table(title="metrics snapshot (Triton metrics endpoint)", title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("cache hit ratio (L1 or Feast)", f"{(hits['l1'] + hits['feast']) / max(lookups, 1):.2f}")
@@ -238,9 +238,7 @@ def _start_triton(
     )
     console.print(f"shadow (full_reranker, reads every item in full): {serving.shadow_path}")
     server = TritonServer(serving).start()
-    console.print(
-        f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.model_metrics_url}"
-    )
+    console.print(f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}")
     return server
 
 
@@ -350,9 +348,9 @@ def run_pipeline_demo(
             _rank_side_by_side(console, gist_client, full_client, ids, queries)
             steps(f"7. update {UPDATED_ITEM} in the catalog → event → consumer → served")
             update = _update_flows_through(console, settings, served.model, catalog, store, gist_client, ids)
-            _wait_for_shadow(server.model_metrics_url)
+            _wait_for_shadow(server.metrics_url)
         steps("8. metrics")
-        _metrics_snapshot(console, server.model_metrics_url)
+        _metrics_snapshot(console, server.metrics_url)
     finally:
         steps("9. stopping everything this demo started")
         if server is not None:

@@ -73,8 +73,13 @@ def serve(
     host: Annotated[str, typer.Option(help="address every endpoint binds to")] = "127.0.0.1",
     http_port: Port = 8000,
     grpc_port: Port = 8001,
-    metrics_port: Annotated[int, typer.Option(help="Triton's nv_inference_* metrics; 0 = free port")] = 8002,
-    model_metrics_port: Annotated[int, typer.Option(help="gistrank_* metrics; 0 = free port")] = 8003,
+    metrics_port: Annotated[
+        int,
+        typer.Option(help="Triton's metrics: its nv_inference_* and the models' gistrank_*; 0 = free port"),
+    ] = 8002,
+    instances: Annotated[
+        int, typer.Option(min=1, help="gist_reranker model instances (processes, one L1 cache each)")
+    ] = 1,
     workdir: Annotated[str, typer.Option(help="runtime repository and log; default a temporary dir")] = "",
     startup_timeout_s: Annotated[float, typer.Option(help="give up if not ready by then")] = 600.0,
 ) -> None:
@@ -106,7 +111,7 @@ def serve(
             http_port=http_port,
             grpc_port=grpc_port,
             metrics_port=metrics_port,
-            model_metrics_port=model_metrics_port,
+            instances=instances,
             workdir=workdir,
         )
     )
@@ -119,7 +124,7 @@ def serve(
         server.start(startup_timeout_s)
         typer.echo(
             f"ready in {time.monotonic() - started:.1f} s: HTTP {server.http_url}, gRPC {server.grpc_url}, "
-            f"metrics {server.metrics_url} and {server.model_metrics_url} (log {server.log_path})"
+            f"metrics {server.metrics_url} (log {server.log_path})"
         )
         while server.running:
             time.sleep(1.0)

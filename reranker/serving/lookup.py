@@ -25,10 +25,10 @@ from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from monitoring.metrics import ITEMS_TRUNCATED
 from monitoring.serving_metrics import (
     CACHE_HITS,
     CACHE_MISSES,
+    ITEMS_TRUNCATED,
     L1_BYTES,
     L1_ENTRIES,
     L1_EVICTIONS,

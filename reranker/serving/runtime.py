@@ -21,7 +21,6 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 import torch
-from prometheus_client import start_http_server
 
 from reranker.core.model import GistReranker
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
@@ -71,8 +70,6 @@ class GistParams:
     max_candidates: int  # ITEM_IDS longer than this are refused
     shadow_rate: float  # fraction of requests also scored by the full-context model, off the request path
     shadow_model: str  # the Triton model that scores them
-    metrics_address: str  # prometheus-client exporter of this process
-    metrics_port: int
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Self:
@@ -122,7 +119,8 @@ def load_model(model_path: str, device: str, num_threads: int) -> GistReranker:
 
 
 class GistRuntime:
-    """Everything the gist_reranker model process owns; `close()` stops its threads and exporter."""
+    """Everything a gist_reranker model instance owns; `close()` stops its threads. Its metrics go through
+    Triton (`monitoring.serving_metrics.export_through_triton`, called by the model's `initialize`)."""
 
     def __init__(self, params: GistParams, score_full: ScoreFull) -> None:
         if params.feast_online not in ("sqlite", "redis", "none"):
@@ -165,21 +163,13 @@ class GistRuntime:
         )
         self.shadow = ShadowSampler(params.shadow_rate, score_full) if params.shadow_rate > 0 else None
         self.service = GistService(model, lookup, self.shadow, params.max_candidates)
-        self._exporter, _ = start_http_server(params.metrics_port, addr=params.metrics_address)
-        logger.info(
-            "gist_reranker ready: fingerprint %s, metrics on %s:%d",
-            model.fingerprint,
-            params.metrics_address,
-            params.metrics_port,
-        )
+        logger.info("gist_reranker ready: fingerprint %s", model.fingerprint)
 
     def close(self) -> None:
         if self.shadow is not None:
             self.shadow.close()
         if self.refresh is not None:
             self.refresh.close()
-        self._exporter.shutdown()
-        self._exporter.server_close()
         self.catalog.close()
 
 

@@ -70,15 +70,15 @@ class ServerSettings:
     host: str = DEFAULT_HOST
     http_port: int = 8000
     grpc_port: int = 8001
-    metrics_port: int = 8002  # Triton's own nv_inference_* metrics
-    model_metrics_port: int = 8003  # gistrank_* metrics of the gist_reranker process
+    metrics_port: int = 8002  # Triton's metrics endpoint: its nv_inference_* and the models' gistrank_*
+    instances: int = 1  # gist_reranker model instances (processes, each with its own L1 cache)
     workdir: str = ""  # runtime repository, backends and log; "" = a fresh temporary dir
 
     @classmethod
     def local(cls, model_path: str, workdir: Path, **fields: object) -> ServerSettings:
         """A server for one run of a script (demo, benchmark): every port picked free at start, the
         Feast store in `workdir/feast`, Triton's runtime files in `workdir/triton`."""
-        ports = dict(http_port=0, grpc_port=0, metrics_port=0, model_metrics_port=0)
+        ports = dict(http_port=0, grpc_port=0, metrics_port=0)
         paths = dict(feast_dir=str(workdir / "feast"), workdir=str(workdir / "triton"))
         return cls(model_path=model_path, **(ports | paths | fields))
 
@@ -104,8 +104,6 @@ class ServerSettings:
             "l1_ttl_s": str(self.l1_ttl_s),
             "max_candidates": str(self.max_candidates),
             "shadow_rate": str(self.shadow_rate),
-            "metrics_address": self.host,
-            "metrics_port": str(self.model_metrics_port),
         }
         full = {
             "model_path": self.shadow_path,
@@ -115,6 +113,12 @@ class ServerSettings:
             "max_candidates": str(self.max_candidates),
         }
         return {GIST_MODEL: gist, FULL_MODEL: full}
+
+    def instance_counts(self) -> dict[str, int]:
+        """The `instance_group` count of each model for this run."""
+        if self.instances < 1:
+            raise ServerError(f"instances must be >= 1, got {self.instances}")
+        return {GIST_MODEL: self.instances}
 
 
 # ------------------------------------------------------------------------------------ the repository
@@ -148,14 +152,24 @@ def set_parameters(config_text: str, values: Mapping[str, str]) -> str:
     return _PARAM.sub(substitute, config_text)
 
 
-def write_repository(dest: Path, parameters: Mapping[str, Mapping[str, str]]) -> Path:
-    """Copy reranker/triton_repo to `dest` with the given parameter values filled in."""
+_INSTANCE_COUNT = re.compile(r"(instance_group\s*\[\s*\{\s*count:\s*)\d+")
+
+
+def write_repository(
+    dest: Path, parameters: Mapping[str, Mapping[str, str]], instances: Mapping[str, int] | None = None
+) -> Path:
+    """Copy reranker/triton_repo to `dest` with the given parameter values and instance counts filled in."""
     shutil.copytree(TEMPLATE_REPO, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    for model, values in parameters.items():
+    for model in {*parameters, *(instances or {})}:
         config = dest / model / "config.pbtxt"
         if not config.is_file():
             raise ServerError(f"no model {model!r} in {TEMPLATE_REPO}")
-        config.write_text(set_parameters(config.read_text(), values))
+        text = set_parameters(config.read_text(), parameters.get(model, {}))
+        if instances and model in instances:
+            text, found = _INSTANCE_COUNT.subn(rf"\g<1>{instances[model]}", text)
+            if found != 1:
+                raise ServerError(f"{config}: no single instance_group count to set")
+        config.write_text(text)
     return dest
 
 
@@ -259,17 +273,13 @@ class TritonServer:
         return f"http://{self.settings.host}:{self.settings.metrics_port}/metrics"
 
     @property
-    def model_metrics_url(self) -> str:
-        return f"http://{self.settings.host}:{self.settings.model_metrics_port}/metrics"
-
-    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def start(self, timeout_s: float = 300.0) -> Self:
         """Prepare the run directory, start tritonserver and wait until every model is ready."""
         s = self.settings
-        for name in ("http_port", "grpc_port", "metrics_port", "model_metrics_port"):
+        for name in ("http_port", "grpc_port", "metrics_port"):
             if getattr(s, name) == 0:
                 setattr(s, name, free_port(s.host))
         if s.workdir:
@@ -280,7 +290,7 @@ class TritonServer:
         else:
             self._tmp = tempfile.TemporaryDirectory(prefix="gistrank-triton-")
             self.workdir = Path(self._tmp.name)
-        repo = write_repository(self.workdir / "models", s.parameters())
+        repo = write_repository(self.workdir / "models", s.parameters(), s.instance_counts())
         backends = write_backends(self.workdir / "backends")
         self.log_path = self.workdir / "tritonserver.log"
         command = tritonserver_args(s, repo, backends, str(tritonserver_binary()))
