@@ -18,10 +18,10 @@ KS=${KS:-8 16 32}
 # short of the 40-80 steps the synthetic stage needed before its gists carried their item; raise it
 # where there is more compute (a stopped or finished run is extended, not restarted)
 STEPS=${STEPS:-8}
-# keep 24: the eval rewrites every run file of the run folder with the queries it covers, so a smaller
-# slice here would cut the cached 24-topic runs (the reference alone is ~35 min to score again)
+# the slice of EVAL (eval-merge refuses two slices); the run folder keeps only the queries a run
+# covers, so a smaller trial slice belongs in a copy (EVAL=...), not in the 24-topic cache
 MAX_QUERIES=${MAX_QUERIES:-24}
-EVAL=${EVAL:-$OUT/bm25-dev}  # another folder (a copy of this one) for a trial slice
+EVAL=${EVAL:-$OUT/bm25-dev}  # ap89.sh's evaluation (read, not written)
 for set_dir in data/ap89-judged data/ap89-bm25; do
   [ -d "$set_dir" ] || { echo "no $set_dir: run scripts/ap89.sh first" >&2; exit 1; }
 done
@@ -45,19 +45,27 @@ for k in $KS; do
   fi
 done
 
-# Evaluation: ap89.sh's invocation unchanged, so every cached system keeps its key: the same reference
-# and full-context models (the 24-topic run left the shipped teacher out, hence SHIPPED_TEACHER=) and
-# the same select / prefix students. The gist students read with the template they were trained with
-# (the autoencoding prompt, then the query: "spell the item", answered with the query) at 1024 tokens;
-# each also gets its own controls (untrained gists on its body, prefix caching read by its body).
+# Evaluation, in its own folder: `eval` tells students apart by k and t alone (`_layout_name` is called
+# without the compressor family), so a gist student of k = 8 beside ap89.sh's `select k=8` renames both
+# (`select k=8 · smollm2-135m-instruct?...`), which misses the cache and re-runs the selection pass
+# (~2 min a topic) under names the other reports do not use. So the gist students are scored in
+# EVAL-gists, seeded with a copy of EVAL's run folder (reference, the AP89 teacher and BM25 read back
+# from the cache, never re-scored; EVAL itself is not written), and `eval-merge` joins the two into
+# EVAL-merged: one table, the shared systems checked identical. Same reference, full-context models
+# and slice as ap89.sh (the 24-topic run left the shipped teacher out, hence SHIPPED_TEACHER=). The
+# gist students read with the template they were trained with (the autoencoding prompt, then the
+# query) at 1024 tokens; each also gets its own controls: untrained gists and prefix caching at every
+# k in KS, both read by its own body.
 BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
 SHIPPED_TEACHER=${SHIPPED_TEACHER-}
 FULL=()
 [ -n "$SHIPPED_TEACHER" ] && FULL+=(--full-model "$SHIPPED_TEACHER?max_item_tokens=1024")
 AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
 [ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--full-model "$AP89_TEACHER?max_item_tokens=1024")
+[ -f "$EVAL/results.json" ] || { echo "no $EVAL/results.json: run scripts/ap89.sh first" >&2; exit 1; }
+[ -d "$EVAL-gists/runs" ] || { mkdir -p "$EVAL-gists" && cp -r "$EVAL/runs" "$EVAL-gists/runs"; }
 STUDENTS=()
-for k in 8 16 32 64 128; do STUDENTS+=(--student "$BASE_QL&compressor=select&num_gist=$k" --prefix-k "$k"); done
-for k in $KS; do STUDENTS+=(--student "$OUT/gists-ae-k$k/checkpoint?max_item_tokens=1024"); done
+for k in $KS; do STUDENTS+=(--student "$OUT/gists-ae-k$k/checkpoint?max_item_tokens=1024" --prefix-k "$k"); done
 "$GISTRANK" eval --data data/ap89-bm25 --split dev --max-queries "$MAX_QUERIES" \
-  --teacher "$BASE_QL" "${FULL[@]}" "${STUDENTS[@]}" --out "$EVAL" --run-dir "$EVAL/runs"
+  --teacher "$BASE_QL" "${FULL[@]}" "${STUDENTS[@]}" --out "$EVAL-gists" --run-dir "$EVAL-gists/runs"
+"$GISTRANK" eval-merge "$EVAL" "$EVAL-gists" --out "$EVAL-merged"

@@ -32,6 +32,7 @@ from reranker.evaluation.evaluate import (
     merge_results,
     paired_differences,
     score_queries,
+    student_systems,
     write_outputs,
 )
 from reranker.evaluation.fusion import WEIGHTS, fit_weight, interpolate, minmax
@@ -166,6 +167,11 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     assert by_run["rerun"] == by_run["student0-2"] and len(by_run["rerun"]) == 2  # same weights, same scores
     with pytest.raises(ValueError, match="repeat a layout and a run folder name"):
         evaluate(data, teacher_path, [students[0], students[0]], tmp_path / "twice", device="cpu")
+    # a selection student of the same k beside it: both keep their plain names (cached runs stay found)
+    mixed = student_systems(
+        [students[0], f"{students[0]}?compressor=select&num_gist=2"], {}, (), device="cpu"
+    )
+    assert {"gist k=2", "select k=2"} <= set(mixed)
     with pytest.raises(ValueError, match="teacher differs"):
         merge_results([parts[0], replace(parts[1], teacher="another")])
     tampered = json.loads(json.dumps(parts[1].to_json()))

@@ -428,7 +428,9 @@ def student_systems(
     Select or prefix students that differ only in k (same body and settings) share one body and one
     compression pass (`_SharedPass`)."""
     students = [GistReranker.from_pretrained(path, device=device) for path in paths]
-    layouts = [_layout_name(s.gist) for s in students]
+    # the name `_gist_systems` gives each (its compressor, t, k): only students that would share one need
+    # their run folder in it, so a cached system keeps its name when another compressor's student joins
+    layouts = [_layout_name(s.gist, s.gist.compressor) for s in students]
     labels = [_run_label(p) if layouts.count(n) > 1 else "" for p, n in zip(paths, layouts, strict=True)]
     if len(set(zip(layouts, labels, strict=True))) < len(students):
         raise ValueError(f"students {list(map(str, paths))} repeat a layout and a run folder name")
