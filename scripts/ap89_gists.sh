@@ -45,14 +45,12 @@ for k in $KS; do
   fi
 done
 
-# Evaluation, in its own folder: `eval` tells students apart by k and t alone (`_layout_name` is called
-# without the compressor family), so a gist student of k = 8 beside ap89.sh's `select k=8` renames both
-# (`select k=8 · smollm2-135m-instruct?...`), which misses the cache and re-runs the selection pass
-# (~2 min a topic) under names the other reports do not use. So the gist students are scored in
-# EVAL-gists, seeded with a copy of EVAL's run folder (reference, the AP89 teacher and BM25 read back
-# from the cache, never re-scored; EVAL itself is not written), and `eval-merge` joins the two into
-# EVAL-merged: one table, the shared systems checked identical. Same reference, full-context models
-# and slice as ap89.sh (the 24-topic run left the shipped teacher out, hence SHIPPED_TEACHER=). The
+# Evaluation, in its own folder: an evaluation rewrites its run folder with the queries it covered, so
+# the 24-topic cache of ap89.sh (EVAL) is only read: the gist students are scored in EVAL-gists, seeded
+# with a copy of EVAL's run folder (reference, the AP89 teacher and BM25 read back from the cache, never
+# re-scored), and `eval-merge` joins the two into EVAL-merged: one table, the shared systems checked
+# identical. Same reference, full-context models and slice as ap89.sh (the 24-topic run left the
+# shipped teacher out, hence SHIPPED_TEACHER=). The
 # gist students read with the template they were trained with (the autoencoding prompt, then the
 # query) at 1024 tokens; each also gets its own controls: untrained gists and prefix caching at every
 # k in KS, both read by its own body.
