@@ -12,6 +12,7 @@ from helpers import CATALOG_ITEMS, CountingStore
 from tiny import build_tiny_base
 
 from reranker import GistConfig, GistReranker
+from streaming.broker import KafkaBroker
 from streaming.catalog import Catalog
 
 torch.set_num_threads(2)
@@ -50,3 +51,12 @@ def feast_store(tmp_path: Path, tiny_model: GistReranker) -> CountingStore:
     store = CountingStore(tmp_path / "feast", fingerprint=tiny_model.fingerprint)
     store.apply()
     return store
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real Kafka broker (scripts/kafka.sh) on a free 127.0.0.1 port, one per test module."""
+    kafka = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    kafka.start()
+    yield kafka
+    kafka.stop()

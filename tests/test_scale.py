@@ -83,14 +83,6 @@ def test_the_consumer_cli_takes_a_feast_config_and_refuses_mixed_settings(config
         _open_store("f" * 32, None, OnlineStore.redis, "redis://127.0.0.1:1/0", config)
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    kafka = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    kafka.start()
-    yield kafka
-    kafka.stop()
-
-
 def kafka_settings(broker: KafkaBroker, name: str) -> KafkaSettings:
     settings = KafkaSettings(
         bootstrap_servers=broker.bootstrap_servers,

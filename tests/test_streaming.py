@@ -129,14 +129,6 @@ def cli(args: list[str], settings: KafkaSettings) -> str:
 
 # ----------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    kafka = KafkaBroker(tmp_path_factory.mktemp("kafka"))
-    kafka.start()
-    yield kafka
-    kafka.stop()
-
-
-@pytest.fixture(scope="module")
 def checkpoint(tiny_model: GistReranker, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model as a checkpoint folder, for CLI runs and subprocess consumers."""
     return tiny_model.save_pretrained(tmp_path_factory.mktemp("tiny_checkpoint"))
