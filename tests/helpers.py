@@ -130,7 +130,7 @@ def make_lookup(model, catalog, store=None, clock=None, l1_bytes=1 << 24):
     recorded: → (lookup, sink). `lookup.refresh.drain(t)` waits for them, `.close()` stops the thread."""
     clock = clock or FakeClock()
     sink = RecordingSink()
-    refresh = RefreshRequests(sink)
+    refresh = RefreshRequests(lambda: sink)
     lookup = KVLookup(model, ByteLRU(l1_bytes, 60.0, clock), catalog, store, refresh, clock=clock)
     return lookup, sink
 

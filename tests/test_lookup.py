@@ -258,7 +258,7 @@ def test_refresh_queue_full_drops_and_failed_publishes_are_counted(catalog) -> N
             super().send(event)
 
     sink = SlowSink()
-    refresh = RefreshRequests(sink, maxsize=1)
+    refresh = RefreshRequests(lambda: sink, maxsize=1)
     events = [catalog.get(["item-0"])["item-0"].event().model_copy(update={"refresh": True})]
     dropped = metric("gistrank_refresh_requests_total", result="dropped")
     for _ in range(4):  # one being published, one queued, the rest refused
@@ -270,9 +270,29 @@ def test_refresh_queue_full_drops_and_failed_publishes_are_counted(catalog) -> N
     assert len(sink.events) + refused == 4  # every request either published or counted as dropped
     refresh.close()
 
-    failing = RefreshRequests(RecordingSink(fail=RuntimeError("broker gone")))
+    failing = RefreshRequests(lambda: RecordingSink(fail=RuntimeError("broker gone")))
     failed = metric("gistrank_refresh_requests_total", result="failed")
     failing.submit(events * 2)
     assert failing.drain(10)
     assert metric("gistrank_refresh_requests_total", result="failed") == failed + 2
     failing.close()
+
+    # no broker when serving starts: requests fail (counted) until a connection succeeds
+    attempts: list[int] = []
+    late = RecordingSink()
+
+    def connect() -> RecordingSink:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("NoBrokersAvailable")
+        return late
+
+    recovering = RefreshRequests(connect)
+    failed = metric("gistrank_refresh_requests_total", result="failed")
+    recovering.submit(events)
+    recovering.submit(events)
+    assert recovering.drain(10)
+    assert metric("gistrank_refresh_requests_total", result="failed") == failed + 1
+    assert late.events == events and len(attempts) == 2  # connected once, then kept
+    recovering.close()
+    assert late.closed

@@ -742,7 +742,7 @@ def race(
     writer = ConsumerProcess(settings, checkpoint, feast_dir, free_port())
     sink = HeldRefreshes(settings)
     replica = KVLookup(tiny_model, ByteLRU(0, 60.0), Catalog(f"sqlite:///{tmp_path / 'catalog.db'}"), None,
-                       RefreshRequests(sink))  # fmt: skip
+                       RefreshRequests(lambda: sink))  # fmt: skip
     changes = EventPublisher(settings)
     try:
         yield settings, probe, replica.catalog, store, replica, sink, changes

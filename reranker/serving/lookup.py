@@ -156,10 +156,14 @@ class RefreshRequests:
     Serving never writes the store. The consumer group that owns the item's partition (events are keyed
     by item id) recompresses it under the usual version rules, so a replica that read the catalog before
     a newer change cannot put the older version back: the consumer is the one writer per item.
+
+    `connect` makes the sink on the background thread at the first request, and again after a failure,
+    so a broker that is down when the server starts costs failed refresh requests, never the start.
     """
 
-    def __init__(self, sink: EventSink, maxsize: int = 64) -> None:
-        self._sink = sink
+    def __init__(self, connect: Callable[[], EventSink], maxsize: int = 64) -> None:
+        self._connect = connect
+        self._sink: EventSink | None = None
         self._worker: BackgroundWorker[list[ChangeEvent]] = BackgroundWorker(
             "refresh-requests", self._publish, maxsize
         )
@@ -173,14 +177,17 @@ class RefreshRequests:
 
     def close(self, timeout: float = 10.0) -> None:
         self._worker.close(timeout)
-        self._sink.close()
+        if self._sink is not None:
+            self._sink.close()
 
     def _publish(self, events: list[ChangeEvent]) -> None:
         try:
+            if self._sink is None:
+                self._sink = self._connect()
             for event in events:
                 self._sink.send(event)
             self._sink.flush()
-        except Exception as e:  # PublishError or a KafkaError: the next miss of the item asks again
+        except Exception as e:  # no broker, PublishError, a KafkaError: the next miss of the item asks again
             logger.warning("refresh requests for %d items not published: %s", len(events), e)
             REFRESH_REQUESTS.labels(result="failed").inc(len(events))
             return

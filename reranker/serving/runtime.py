@@ -151,7 +151,7 @@ class GistRuntime:
             from streaming.publisher import EventPublisher
 
             settings = KafkaSettings.from_env(bootstrap_servers=params.kafka_bootstrap_servers)
-            self.refresh = RefreshRequests(EventPublisher(settings, flush_timeout_s=10.0))
+            self.refresh = RefreshRequests(lambda: EventPublisher(settings, flush_timeout_s=10.0))
         lookup = KVLookup(
             model,
             ByteLRU(params.l1_bytes, params.l1_ttl_s),
