@@ -35,8 +35,7 @@ INSTANCE_LABEL = "model_instance"
 class _Child:
     """One labelled series: a prometheus-client child, or a Triton `Metric`."""
 
-    def __init__(self, kind: Kind, series: Any, triton: bool) -> None:
-        self._kind = kind
+    def __init__(self, series: Any, triton: bool) -> None:
         self._series = series
         self._triton = triton
 
@@ -101,10 +100,10 @@ class ServingMetric:
 
     def _child(self, labels: dict[str, str]) -> _Child:
         if self._family is None:
-            return _Child(self.kind, self._default.labels(**labels) if labels else self._default, False)
+            return _Child(self._default.labels(**labels) if labels else self._default, False)
         labels = {**labels, INSTANCE_LABEL: self._instance}
         extra = {"buckets": self.buckets} if self.kind == "histogram" else {}
-        return _Child(self.kind, self._family.Metric(labels=labels, **extra), True)
+        return _Child(self._family.Metric(labels=labels, **extra), True)
 
     def use_triton(self, pb_utils: Any, instance: str) -> None:
         kind = {
