@@ -422,8 +422,10 @@ class GistStore:
         client = self._store._get_provider().online_store._get_client(config.online_store)
         fields = [_mmh3(f"{view.name}:{f.name}") for f in view.features] + [f"_ts:{view.name}".encode()]
         with client.pipeline(transaction=False) as pipe:
-            for key in client.scan_iter(match=b"*" + config.project.encode()):
+            for n, key in enumerate(client.scan_iter(match=b"*" + config.project.encode()), start=1):
                 pipe.hdel(key, *fields)  # a hash left without fields is removed by Redis itself
+                if n % 1000 == 0:  # bounded: a catalog has millions of keys
+                    pipe.execute()
             pipe.execute()
 
     def _online(self, item_ids: list[str], features: Sequence[str]) -> dict[str, list[Any]]:

@@ -405,14 +405,10 @@ class GistConsumer:
     def _usable(self, row: GistRow) -> bool:
         """Whether a stored row decodes and fits the model. Asked only for refresh requests: the replica
         that sent one may have found this very row unusable (a corrupt blob) at the version it holds."""
-        from reranker.core import kv_codec
         from reranker.core.errors import GistRankError
 
         try:
-            decoded = kv_codec.decode(
-                row.kv, expected_fingerprint=self.fingerprint, dtype=self.model.kv_dtype
-            )
-            self.model.check_kv([decoded.kv])
+            self.model.read_kv(row.kv)
         except GistRankError as exc:
             log.warning("stored row of %r is unusable, recompressing: %s", row.item_id, exc)
             return False

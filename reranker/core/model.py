@@ -387,6 +387,16 @@ class GistReranker(GistWeights):
             if x.kv.dtype != self.kv_dtype:
                 raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.kv_dtype}")
 
+    def read_kv(self, blob: bytes) -> GistKV:
+        """A stored blob as K/V this model can score: decoded (its fingerprint must be this model's) in
+        the model's K/V dtype and checked (`check_kv`). Raises `GistRankError` (`ForeignFingerprintError`
+        for another model's blob) when it cannot be used."""
+        from reranker.core import kv_codec
+
+        kv = kv_codec.decode(blob, expected_fingerprint=self.fingerprint, dtype=self.kv_dtype).kv
+        self.check_kv([kv])
+        return kv
+
     def tail_slots(self, x: GistKV) -> int:
         """Columns after the prefix a valid entry has: k gists, or min(k, j - p) item columns (selected,
         or the tokens after the prefix)."""

@@ -58,7 +58,7 @@ class Model(Protocol):
 
     def compress(self, items: Sequence[str], batch_size: int = ...) -> list[GistKV]: ...
 
-    def check_kv(self, kvs: Sequence[GistKV]) -> None: ...
+    def read_kv(self, blob: bytes) -> GistKV: ...
 
 
 class CatalogItem(Protocol):
@@ -264,18 +264,15 @@ class KVLookup:
                 reasons[item_id] = "foreign_fingerprint"
             else:
                 try:
-                    decoded = kv_codec.decode(
-                        row.kv, expected_fingerprint=fingerprint, dtype=self.model.kv_dtype
-                    )
-                    self.model.check_kv([decoded.kv])
+                    kv = self.model.read_kv(row.kv)
                 except kv_codec.ForeignFingerprintError:  # the row's column and its blob disagree
                     reasons[item_id] = "foreign_fingerprint"
                 except GistRankError as e:  # every KVBlobError, and K/V that does not fit the model
                     logger.warning("unusable K/V blob for %r: %s", item_id, e)
                     reasons[item_id] = "corrupt_blob"
                 else:
-                    out[item_id] = Resolved(Status.FEAST, decoded.kv)
-                    self.l1.put(item_id, decoded.kv)
+                    out[item_id] = Resolved(Status.FEAST, kv)
+                    self.l1.put(item_id, kv)
         CACHE_HITS.labels(tier="feast").inc(len(ids) - len(reasons))
         CACHE_MISSES.labels(tier="feast").inc(len(reasons))
         return reasons
