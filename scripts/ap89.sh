@@ -3,10 +3,12 @@
 # Full-context references (the untouched base read zero-shot by query likelihood, the shipped LoRA
 # teacher, and with runs/ap89/teacher-ql-lora a LoRA teacher trained on topics 1-50), BM25 over the
 # whole collection, each interpolated with BM25, and training-free K/V selection and prefix caching at
-# k in {8, 16, 32, 64, 128} (one compression pass serves every k). Needs the AP89 build
-# (shared/data/trec-ap89/README.md) in data/trec-ap89; its text is never committed. CPU sized: the
-# first MAX_QUERIES dev topics of the BM25 top-20 lists. Every system's scores are cached in the run
-# folder, so a rerun with more topics or another system scores only what is new.
+# k in {8, 16, 32, 64, 128} (one compression pass serves every k), and the hybrid budget (32 raw
+# prefix tokens + 8 selected). Needs the AP89 build (shared/data/trec-ap89/README.md) in
+# data/trec-ap89; its text is never committed. CPU sized: the first MAX_QUERIES dev topics of each
+# candidate set in SETS (bm25: a topic's BM25 top 20 over the whole collection; judged-20: 20 of its
+# judged articles drawn with the pool's share of relevant ones). Every system's scores are cached in
+# the run folder, so a rerun with more topics or another system scores only what is new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
@@ -24,13 +26,17 @@ FULL=()
 AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
 [ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--full-model "$AP89_TEACHER?max_item_tokens=1024")
 
-for candidates in judged bm25:20; do
-  set_dir="data/ap89-${candidates%%:*}"
-  [ -d "$set_dir" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \
-    --qrels "$SRC/qrels.txt" --query-field title --candidates "$candidates" --out "$set_dir"
-done
+import() {  # candidate spec, set folder
+  [ -d "$2" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \
+    --qrels "$SRC/qrels.txt" --query-field title --candidates "$1" --out "$2"
+}
+import judged data/ap89-judged  # every judged article: the training topics' text (experiments/ap89.md)
+import bm25:20 data/ap89-bm25
+import judged:20 data/ap89-judged-20
 
-STUDENTS=()
+STUDENTS=(--student "$BASE_QL&compressor=select&keep_item_prefix=32&num_gist=8")
 for k in 8 16 32 64 128; do STUDENTS+=(--student "$BASE_QL&compressor=select&num_gist=$k" --prefix-k "$k"); done
-"$GISTRANK" eval --data data/ap89-bm25 --split dev --max-queries "$MAX_QUERIES" \
-  --teacher "$BASE_QL" "${FULL[@]}" "${STUDENTS[@]}" --out "$OUT/bm25-dev" --run-dir "$OUT/bm25-dev/runs"
+for set in ${SETS:-bm25 judged-20}; do
+  "$GISTRANK" eval --data "data/ap89-$set" --split dev --max-queries "$MAX_QUERIES" \
+    --teacher "$BASE_QL" "${FULL[@]}" "${STUDENTS[@]}" --out "$OUT/$set-dev" --run-dir "$OUT/$set-dev/runs"
+done

@@ -12,7 +12,13 @@ from helpers import ITEMS, QUERY
 from reranker import GistConfig, GistReranker
 from reranker.core import kv_codec, layout
 from reranker.core.config import template_for
-from reranker.core.selection import _kept, selected_columns, selected_mask_scores
+from reranker.core.selection import (
+    _kept,
+    eager_attention,
+    observation_suffix,
+    selected_columns,
+    selected_mask_scores,
+)
 
 pytestmark = pytest.mark.select
 
@@ -59,6 +65,32 @@ def test_heads_and_layers_keep_their_own_columns(tiny_base: Path) -> None:
     shared = [c[:1, :1].expand_as(c) for c in cols]  # layer 0, head 0's columns everywhere
     wrong = selected_mask_scores(model, QUERY, long_items, shared)
     assert not torch.allclose(wrong, model.score(QUERY, kvs), rtol=1e-3)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("t", [0, 5])
+def test_kept_columns_are_those_the_observation_rows_attend_to_most(
+    tiny_bases: dict[str, Path], arch: str, t: int
+) -> None:
+    """Against transformers' own weights from one eager forward of the whole item + suffix: the pass
+    forms weights for the observation rows only (on the cache of an SDPA forward of the rest), and
+    left-pads a batch, yet keeps the same columns."""
+    model = select_model(tiny_bases[arch], k=4, t=t)
+    ids = model.item_ids(ITEMS)[0]
+    got = selected_columns(model, ids)
+    group = model.lm.config.num_attention_heads // model.num_kv_heads
+    window, suffix = model.gist.select_window, observation_suffix(model)
+    for item, cols in zip(ids, got, strict=True):
+        j = len(item)
+        with eager_attention(model), torch.inference_mode():
+            out = model.decoder()(inputs_embeds=model.embed(item + suffix)[None], output_attentions=True)
+        p = min(t, j)
+        expected = []
+        for weights in out.attentions:  # (1, H_q, S, S)
+            mass = weights[0, :, max(0, j - window) :].sum(1)  # (H_q, S): paid by the observation rows
+            mass = mass.view(model.num_kv_heads, group, -1).sum(1)[:, p:j]
+            expected.append(_kept(mass, 4, model.gist.select_pool) + p)
+        assert torch.equal(cols, torch.stack(expected))
 
 
 @pytest.mark.parametrize("shift", [-1, 1])

@@ -27,6 +27,7 @@ acceptance test: tests/test_equivalence.py (selection's reference: tests/test_se
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import torch
@@ -44,7 +45,7 @@ from reranker.core.errors import (
     QueryTooLongError,
 )
 from reranker.core.kv import GistKV
-from reranker.core.selection import select_kv
+from reranker.core.selection import eager_attention, select_kv
 from reranker.core.weights import GistWeights
 
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
@@ -266,21 +267,32 @@ class GistReranker(GistWeights):
         return self._score_rows(query, items, full=True)
 
     def left_padded_forward(
-        self, rows: list[torch.Tensor], **outputs: bool
+        self, rows: list[torch.Tensor], eager_rows: int = 0
     ) -> tuple[BaseModelOutputWithPast, list[int]]:
         """Run rows of embeddings (S_i, D) causally, left-padded so every row ends in the last slot →
-        (the decoder's output with its cache, each row's left padding)."""
+        (the decoder's output with its cache, each row's left padding). `eager_rows`: the last that
+        many slots run in a second forward on the first one's cache with eager attention, the one
+        implementation that returns attention weights: (N, H_q, eager_rows, S) of them, not
+        (N, H_q, S, S), so observing a few rows costs about one ordinary forward. The output's hidden
+        states then cover those slots only; its cache covers all."""
         seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
         total = int(seq_lens.max())
         embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
         positions, allowed = layout.left_padded(seq_lens, total)  # (N, S), (N, S, S)
-        result = self.decoder()(
-            inputs_embeds=embeds,
-            position_ids=positions,
-            attention_mask=layout.additive(allowed, self.dtype),
-            use_cache=True,
-            **outputs,
-        )
+        mask = layout.additive(allowed, self.dtype)  # (N, 1, S, S)
+        split = total - min(eager_rows, total)
+        result = None
+        for start, stop, eager in ((0, split, False), (split, total, True)):
+            if start == stop:
+                continue
+            with eager_attention(self) if eager else nullcontext():
+                result = self.decoder()(
+                    inputs_embeds=embeds[:, start:stop],
+                    position_ids=positions[:, start:stop],
+                    attention_mask=mask[:, :, start:stop, :stop],
+                    cache=None if result is None else result.cache,
+                    use_cache=True,
+                )
         return result, (total - seq_lens).tolist()
 
     def causal_kv(self, rows: list[torch.Tensor], slots: list[torch.Tensor]) -> list[torch.Tensor]:

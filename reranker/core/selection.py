@@ -1,14 +1,16 @@
 """Training-free compression: keep, per layer and per KV head, the K/V of the k item positions that an
 observation window attends to most (SnapKV / H2O style), instead of learned gist K/V.
 
-Compression (`select_kv`): one causal forward of item + observation suffix (left-padded, eager
-attention so the weights exist). The observation rows are the item's last `select_window` tokens
-and the query template's lead-in (e.g. "\\nQuery: "), appended after the item at positions j, j+1, …
-as a query would be: they stand in for "what a query reads". Per layer, their attention to each
-candidate column (item positions p … j-1, after the hybrid prefix) is summed over rows and over the
-query heads of each KV head, average-pooled over `select_pool` neighbouring positions (so whole
-words survive, not single sub-tokens), and the top k columns are kept in position order. The suffix
-never changes the item's K/V (causal), so it is not stored.
+Compression (`select_kv`): one causal forward of item + observation suffix, left-padded; the
+observation rows run last, with eager attention, so their weights exist (and no others: the pass
+costs about 1.2 SDPA forwards, the whole forward in eager attention 1.5). The observation rows are
+the item's last `select_window` tokens and the query template's lead-in (e.g. "\\nQuery: "), appended
+after the item at positions j, j+1, … as a query would be: they stand in for "what a query reads".
+Per layer, their attention to each candidate column (item positions p … j-1, after the hybrid
+prefix) is summed over rows and over the query heads of each KV head, average-pooled over
+`select_pool` neighbouring positions (so whole words survive, not single sub-tokens), and the top k
+columns are kept in position order. The suffix never changes the item's K/V (causal), so it is not
+stored.
 
 Stored unit, as for gists: `(L, 2, H_kv, p + s, h)` with p = min(t, j) raw prefix columns and
 s = min(k, j - p) selected columns; keys keep the rotation of their original positions. An item no
@@ -81,24 +83,29 @@ def _select(
     for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
         observers[i, pad + max(0, j - window) :] = 1.0  # the item's last tokens + the suffix
     group = model.lm.config.num_attention_heads // model.num_kv_heads
+    # every observation row lies in the last `observed` slots (rows end in the last slot): only those
+    # run with eager attention and form weights (`left_padded_forward`)
+    observed = min(window + len(suffix), total)
     mass: list[torch.Tensor] = []  # per layer (N, H_kv, S): attention the observers pay each column
 
     def observe(_module: nn.Module, _args: object, output: tuple) -> tuple:
-        weights = output[1].float()  # (N, H_q, S, S)
-        per_head = torch.einsum("nhqs,nq->nhs", weights, observers)  # (N, H_q, S)
+        if output[1] is None:  # the part before the observation rows: no weights formed
+            return output
+        weights = output[1].float()  # (N, H_q, observed, S)
+        per_head = torch.einsum("nhqs,nq->nhs", weights, observers[:, total - observed :])  # (N, H_q, S)
         mass.append(per_head.view(len(lens), -1, group, total).sum(2))
-        return (output[0], None)  # drop the (N, H_q, S, S) weights at once
+        return (output[0], None)  # drop the weights at once
 
     # no output_attentions: eager attention modules return their weights anyway, and asking for them
-    # makes transformers' own capture hook keep every layer's (N, H_q, S, S) until the forward ends
-    # (18 GB for 16 items of 1024 tokens on a 30-layer base)
+    # makes transformers' own capture hook keep every layer's weights until the forward ends
     hooks = [a.register_forward_hook(observe) for a in attention_layers(model)]
     try:
-        with eager_attention(model):
-            result, _ = model.left_padded_forward(rows)
+        result, _ = model.left_padded_forward(rows, eager_rows=observed)
     finally:
         for h in hooks:
             h.remove()
+    if len(mass) != model.num_layers:
+        raise RuntimeError(f"observed {len(mass)} of {model.num_layers} layers' attention weights")
     out = []
     for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
         p = min(t, j)
