@@ -18,8 +18,7 @@ KS=${KS:-8 16 32}
 # short of the 40-80 steps the synthetic stage needed before its gists carried their item; raise it
 # where there is more compute (a stopped or finished run is extended, not restarted)
 STEPS=${STEPS:-8}
-# the slice of EVAL (eval-merge refuses two slices); the run folder keeps only the queries a run
-# covers, so a smaller trial slice belongs in a copy (EVAL=...), not in the 24-topic cache
+# the slice of EVAL (eval-merge refuses two slices)
 MAX_QUERIES=${MAX_QUERIES:-24}
 EVAL=${EVAL:-$OUT/bm25-dev}  # ap89.sh's evaluation (read, not written)
 for set_dir in data/ap89-judged data/ap89-bm25; do
@@ -45,8 +44,7 @@ for k in $KS; do
   fi
 done
 
-# Evaluation, in its own folder: an evaluation rewrites its run folder with the queries it covered, so
-# the 24-topic cache of ap89.sh (EVAL) is only read: the gist students are scored in EVAL-gists, seeded
+# Evaluation, in its own folder, so that ap89.sh's table (EVAL) stays as it is: the gist students are scored in EVAL-gists, seeded
 # with a copy of EVAL's run folder (reference, the AP89 teacher and BM25 read back from the cache, never
 # re-scored), and `eval-merge` joins the two into EVAL-merged: one table, the shared systems checked
 # identical. Same reference, full-context models and slice as ap89.sh (the 24-topic run left the

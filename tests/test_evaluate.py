@@ -512,3 +512,38 @@ def test_a_stopped_evaluation_keeps_its_finished_queries(
     monkeypatch.setattr(GistReranker, "score_full", counted)
     evaluate(data, model, [model], tmp_path / "b", device="cpu", prefix_ks=(1,), run_dir=runs)
     assert called == [second]
+
+
+def test_a_smaller_evaluation_into_the_run_folder_loses_no_cached_score(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial on one query with the student left out, into the run folder of a two-query evaluation,
+    keeps what it did not score: the second query in every run file (beside qrels.txt of the one it
+    evaluated), the student's runs and cache entries; the full evaluation again scores nothing."""
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    runs = tmp_path / "runs"
+    evaluate(data, model, [model], tmp_path / "a", device="cpu", prefix_ks=(1,), run_dir=runs)
+    full = {name: (runs / entry["run"]).read_text() for name, entry in _cache(runs).items()}
+    evaluate(data, model, [], tmp_path / "b", device="cpu", run_dir=runs, max_queries=1)
+    first = data.split("test").queries[0].query_id
+    assert {line.split()[0] for line in (runs / "qrels.txt").read_text().splitlines()} == {first}
+    assert _cache(runs).keys() == full.keys()
+    for name, entry in _cache(runs).items():
+        assert sorted((runs / entry["run"]).read_text().splitlines()) == sorted(full[name].splitlines())
+    called: list[str] = []
+    for method in ("score", "score_full"):
+        original = getattr(GistReranker, method)
+
+        def counted(self: GistReranker, query: str, items: list, _f=original) -> torch.Tensor:
+            called.append(query)
+            return _f(self, query, items)
+
+        monkeypatch.setattr(GistReranker, method, counted)
+    evaluate(data, model, [model], tmp_path / "c", device="cpu", prefix_ks=(1,), run_dir=runs)
+    assert called == []
+
+
+def _cache(runs: Path) -> dict[str, dict]:
+    return json.loads((runs / "cache.json").read_text())

@@ -59,7 +59,7 @@ from reranker.evaluation.ranking_metrics import (
     ndcg_at_k,
     recall_at_k_vs_reference,
 )
-from reranker.evaluation.run_files import load_cached, write_cache, write_runs
+from reranker.evaluation.run_files import load_cached, save_runs
 from reranker.training.relevance_data import CollectionStats, RelevanceSet, collection_stats
 
 RECALL_KS = (1, 5, 10)
@@ -641,8 +641,7 @@ def evaluate(
         if run_dir is not None:
             finished = {name: s for name, s in everyone.items() if name not in so_far.errors}
             costs = _costs(finished, so_far, saved_costs)
-            files = write_runs(run_dir, test, so_far.scores)
-            write_cache(run_dir, files, {n: k for n, k in keys.items() if k}, costs)
+            save_runs(run_dir, test, so_far.scores, keys, costs)
 
     scored = score_queries(test, reference, systems, quartiles, cached, keep)
     fused = bm25_interpolations(test, scored, everyone, quartiles)
@@ -673,8 +672,7 @@ def evaluate(
     )
     write_outputs(result, out)
     if run_dir is not None:
-        files = write_runs(run_dir, test, scored.scores | {name: f.scores for name, f in fused.items()})
-        write_cache(run_dir, files, {n: k for n, k in keys.items() if k}, costs)
+        save_runs(run_dir, test, scored.scores | {name: f.scores for name, f in fused.items()}, keys, costs)
     return result
 
 

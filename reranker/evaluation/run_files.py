@@ -12,6 +12,12 @@
                     query a system's run holds under an unchanged key (`load_cached`) and scores only
                     the rest — an evaluation sized to a CPU grows topic by topic
 
+Writing loses no cached score (`save_runs`): a system's run also keeps the queries its previous run
+held under the same key that this evaluation did not score (a trial on fewer queries, or a stop
+part-way), and a system left out of this evaluation keeps its run and cache entry. So a run file may
+hold more queries than qrels.txt, which holds the evaluated slice's; trec_eval and ir_measures score
+the queries of the qrels.
+
 Rank follows the project's ranking rule (score descending, ties by candidate index). trec_eval and the
 tools built on it re-sort by the score column and break ties by docno (descending) instead, so a
 system with tied scores (e.g. `no item`) can score differently there; without ties they agree.
@@ -62,10 +68,14 @@ def write_qrels(path: Path, relevance: RelevanceSet) -> None:
 
 
 def write_runs(
-    run_dir: Path, relevance: RelevanceSet, scores: Mapping[str, Mapping[str, Sequence[float]]]
+    run_dir: Path,
+    relevance: RelevanceSet,
+    scores: Mapping[str, Mapping[str, Sequence[float]]],
+    carried: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Path]:
     """One run file per system in `scores` (system → query id → one score per candidate, in the set's
-    candidate order), qrels.txt and runs.json in `run_dir` → system → its run file."""
+    candidate order) followed by its `carried` lines (other queries' run lines), qrels.txt and
+    runs.json in `run_dir` → system → its run file."""
     run_dir.mkdir(parents=True, exist_ok=True)
     write_qrels(run_dir / "qrels.txt", relevance)
     docnos = {q.query_id: [item for item, _ in relevance.candidates(q.query_id)] for q in relevance.queries}
@@ -80,7 +90,8 @@ def write_runs(
         taken.add(tag)
         ranked = {qid: (docnos[qid], values) for qid, values in by_query.items()}
         files[system] = run_dir / f"{tag}.run"
-        files[system].write_text("\n".join(run_lines(tag, ranked)) + "\n")
+        lines = run_lines(tag, ranked) + list((carried or {}).get(system, ()))
+        files[system].write_text("\n".join(lines) + "\n")
     index = {system: path.name for system, path in files.items()}
     (run_dir / "runs.json").write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n")
     return files
@@ -96,19 +107,51 @@ def read_run(path: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def write_cache(
+def save_runs(
     run_dir: Path,
-    files: Mapping[str, Path],
-    keys: Mapping[str, str],
+    relevance: RelevanceSet,
+    scores: Mapping[str, Mapping[str, Sequence[float]]],
+    keys: Mapping[str, str | None],
     costs: Mapping[str, Mapping[str, float]],
-) -> None:
-    """cache.json for the runs in `files` that have a key (derived systems, re-fitted each run, have none)."""
+) -> dict[str, Path]:
+    """`write_runs` and cache.json (each system with a key: its run, key and costs; derived systems,
+    re-fitted each run, have none), losing no cached score (module docstring) → system → its run file."""
+    before = _cache_index(run_dir)
+    carried = {}
+    for system, by_query in scores.items():
+        entry = before.get(system)
+        if keys.get(system) and isinstance(entry, dict) and entry.get("key") == keys[system]:
+            try:
+                lines = (run_dir / entry["run"]).read_text().splitlines()
+            except (OSError, KeyError):
+                continue
+            carried[system] = [line for line in lines if line.strip() and line.split()[0] not in by_query]
+    files = write_runs(run_dir, relevance, scores, carried)
+    written = {path.name for path in files.values()}
     index = {
+        system: entry
+        for system, entry in before.items()
+        if system not in files
+        and isinstance(entry, dict)
+        and entry.get("run") not in written
+        and (run_dir / str(entry.get("run"))).is_file()
+    }
+    index |= {
         system: {"run": path.name, "key": keys[system], "costs": dict(costs.get(system, {}))}
         for system, path in files.items()
         if keys.get(system)
     }
     (run_dir / "cache.json").write_text(json.dumps(index, indent=2, ensure_ascii=False) + "\n")
+    return files
+
+
+def _cache_index(run_dir: Path) -> dict[str, Any]:
+    """cache.json; a missing or unreadable one is no cache."""
+    try:
+        index = json.loads((run_dir / "cache.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
 
 
 def load_cached(
@@ -117,10 +160,7 @@ def load_cached(
     """Scores a previous evaluation left in `run_dir` for the systems whose key is unchanged → (system →
     query id → scores in `relevance`'s candidate order, for every query whose candidates the run holds
     all of; system → its saved costs). A missing or unreadable cache is no cache."""
-    try:
-        index = json.loads((run_dir / "cache.json").read_text())
-    except (OSError, ValueError):
-        return {}, {}
+    index = _cache_index(run_dir)
     scores: dict[str, dict[str, list[float]]] = {}
     costs: dict[str, dict[str, Any]] = {}
     for system, key in keys.items():
