@@ -449,7 +449,7 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
 ) -> None:
     """Select students that differ only in k: one selection forward per item for both (not one per k),
     the same scores as evaluating each alone; one prefix pass and one prefix control per budget, each
-    paired with the student of that budget (not one copy per student)."""
+    paired with the student of that budget (not one copy per student), all on one line of the plots."""
     data = tiny_relevance_set()
     base = GistReranker.from_pretrained(
         tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
@@ -470,6 +470,8 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
     assert passes == {"select": len(test_items), "prefix": len(test_items)}
     controls = {name: f.control_of for name, f in both.systems.items() if name.startswith("prefix")}
     assert controls == {"prefix 2 · select k=2": "select k=2", "prefix 3 · select k=3": "select k=3"}
+    # one body, one prefix line in the plots (as the students make one select line)
+    assert {both.systems[name].family for name in controls} == {"prefix · select"}
     monkeypatch.undo()
     for spec, k in zip(specs, (2, 3), strict=True):
         alone = evaluate(data, path, [spec], tmp_path / f"alone{k}", device="cpu", prefix_ks=(3,))

@@ -398,6 +398,8 @@ def _gist_systems(
             )
             systems[name("untrained gists") + tag] = replace(control, kv_dims=dims)
         budgets = sorted({t + kk for kk in (*prefix_ks, k)})
+        # one line in the plots per body: a gist student's own, a select or prefix group's shared one
+        family = f"prefix · {name(with_k=student.gist.compressor == 'gist')}{tag}"
         if prefixes is None or tag:
             prefixes = _SharedPass(prefix_reader(reader, budgets[-1]), budgets)
         for budget in budgets:
@@ -408,7 +410,7 @@ def _gist_systems(
                 texts_by_id,
                 lambda b=budget, pp=prefixes: pp.reader(b),
                 lambda _m, texts, b=budget, pp=prefixes: pp.compress(b, texts),
-                SystemFacts(f"prefix · {main}{tag}", budget, main),
+                SystemFacts(family, budget, main),
                 _key(prefixes.reader(budget), "prefix "),
                 prefixes.forget,
             )
