@@ -61,7 +61,7 @@ def demo(
     if core:
         from reranker.demo.core import run_core_demo
 
-        run_core_demo(base, num_gist=num_gist, dtype=dtype)
+        run_core_demo(base, num_gist, dtype, compressor=compressor, max_item_tokens=max_item_tokens)
         return
     from reranker.demo.pipeline import run_pipeline_demo
 

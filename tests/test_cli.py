@@ -29,6 +29,17 @@ def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
     assert "untrained" in result.output
 
 
+def test_demo_core_reads_the_model_with_the_compressor_asked(tiny_base: Path) -> None:
+    """--compressor and --max-item-tokens reach the in-process demo (they were ignored: a base asked for
+    prefix caching was ranked through untrained gists)."""
+    args = ["demo", "--core", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    result = runner.invoke(app, [*args, "--compressor", "prefix", "--max-item-tokens", "40"])
+    assert result.exit_code == 0, result.output
+    assert "k=4, t=0, prefix" in result.output and "stored K/V (prefix)" in result.output
+    assert "untrained" not in result.output  # prefix caching has nothing to train
+    assert "–40 tokens)" in result.output  # every sample item is longer: cut at 40
+
+
 @pytest.mark.parametrize("compressor", ["gist", "select"])
 def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path, compressor: str) -> None:
     out = tmp_path / "bench.json"

@@ -10,7 +10,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from reranker.core.checkpoints import is_checkpoint
+from reranker.core.checkpoints import is_checkpoint, model_spec, resolve_checkpoint, split_spec
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
 from reranker.core.render import render_item
@@ -32,18 +32,40 @@ def _ranking(ids: list[str], scores: torch.Tensor, top: int) -> list[str]:
     return [f"{ids[i]} ({scores[i]:+.2f})" for i in order]
 
 
-def run_core_demo(base: str, num_gist: int = 8, dtype: str = "auto", top: int = 5) -> None:
+def read_model(model: str, wrap: GistConfig) -> tuple[GistReranker, str | None]:
+    """A GistRank checkpoint (alias or folder) read with `wrap`'s compressor (and its k, for select and
+    prefix, which need no training) → (the model, its reference); a base alias or HF folder (with any
+    reading settings of its own) wrapped under `wrap` → (the model, None)."""
+    if not is_checkpoint(model):
+        return GistReranker.from_pretrained(model, wrap), None
+    ref, _ = split_spec(model)
+    budget = {} if wrap.compressor == "gist" else {"compressor": wrap.compressor, "num_gist": wrap.num_gist}
+    spec = model_spec(resolve_checkpoint(ref), **budget)
+    return GistReranker.from_pretrained(spec), spec
+
+
+def run_core_demo(
+    base: str,
+    num_gist: int = 8,
+    dtype: str = "auto",
+    top: int = 5,
+    compressor: str = "gist",
+    max_item_tokens: int = 256,
+) -> None:
+    """`base` read as the pipeline demo reads it (`read_model`: a checkpoint under `compressor`, a base
+    wrapped with these settings)."""
     console = Console()
-    dtype = resolve_dtype(dtype)
     start = time.perf_counter()
-    trained = is_checkpoint(base)
-    wrap = None if trained else GistConfig(num_gist=num_gist, dtype=dtype)
-    model = GistReranker.from_pretrained(base, wrap)
+    wrap = GistConfig(
+        num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype), compressor=compressor
+    )
+    model, spec = read_model(base, wrap)
+    trained = spec is not None
     g = model.gist
     console.print(
         f"loaded [bold]{base}[/] on {model.device} in {time.perf_counter() - start:.1f}s — "
         f"{model.num_layers} layers, {model.num_kv_heads} KV heads × {model.head_dim}, k={g.num_gist}, "
-        f"t={g.keep_item_prefix}, {g.dtype}, fingerprint {model.fingerprint}"
+        f"t={g.keep_item_prefix}, {g.compressor}, {g.dtype}, fingerprint {model.fingerprint}"
     )
     catalog = sample_catalog()
     ids = [item["item_id"] for item in catalog]
@@ -70,16 +92,18 @@ def run_core_demo(base: str, num_gist: int = 8, dtype: str = "auto", top: int = 
         full_s = time.perf_counter() - start
         gist_total, full_total = gist_total + gist_s, full_total + full_s
         table = Table(title=f"query: {query!r}", title_justify="left")
-        table.add_column(f"gist K/V score() — {gist_s * 1000:.0f} ms")
+        table.add_column(f"stored K/V ({g.compressor}) score() — {gist_s * 1000:.0f} ms")
         table.add_column(f"full-context score_full() — {full_s * 1000:.0f} ms")
-        for g, f in zip(_ranking(ids, gist_scores, top), _ranking(ids, full_scores, top), strict=True):
-            table.add_row(g, f)
+        for stored_row, full_row in zip(
+            _ranking(ids, gist_scores, top), _ranking(ids, full_scores, top), strict=True
+        ):
+            table.add_row(stored_row, full_row)
         console.print(table)
     console.print(
         f"online time for {len(ids)} candidates × {len(sample_queries())} queries: gist {gist_total:.2f}s, "
         f"full {full_total:.2f}s ({full_total / gist_total:.1f}× faster)."
     )
-    if trained:
+    if trained or g.compressor != "gist":
         return
     console.print(
         "[yellow]The head and gists of a freshly wrapped base are untrained: rankings above show the "

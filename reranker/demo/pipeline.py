@@ -22,14 +22,10 @@ from rich.table import Table
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
 from reranker.core.checkpoints import (
     default_shadow,
-    is_checkpoint,
-    model_spec,
-    resolve_checkpoint,
-    split_spec,
 )
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
-from reranker.demo.core import sample_queries
+from reranker.demo.core import read_model, sample_queries
 
 if TYPE_CHECKING:
     from reranker.serving.client import RerankClient
@@ -68,17 +64,11 @@ class ServingModel:
 
 
 def serving_checkpoint(model: str, workdir: Path, wrap: GistConfig) -> ServingModel:
-    """A GistRank checkpoint (alias or folder) read with `wrap`'s compressor (and its k, for select
-    and prefix, which need no training); a base alias or HF folder wrapped under `wrap` and saved to
-    `workdir/model`."""
-    trained = is_checkpoint(model)
-    if not trained:
-        gist_model = GistReranker.from_pretrained(model, wrap)
-        return ServingModel(gist_model, str(gist_model.save_pretrained(workdir / "model")), trained)
-    ref, _ = split_spec(model)
-    budget = {} if wrap.compressor == "gist" else {"compressor": wrap.compressor, "num_gist": wrap.num_gist}
-    spec = model_spec(resolve_checkpoint(ref), **budget)
-    return ServingModel(GistReranker.from_pretrained(spec), spec, trained)
+    """`read_model`, a wrapped base saved to `workdir/model` so that the server can load it."""
+    gist_model, spec = read_model(model, wrap)
+    if spec is None:
+        return ServingModel(gist_model, str(gist_model.save_pretrained(workdir / "model")), False)
+    return ServingModel(gist_model, spec, True)
 
 
 # ------------------------------------------------------------------------------------------- results
