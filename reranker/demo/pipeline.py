@@ -20,9 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.core.checkpoints import (
-    default_shadow,
-)
+from reranker.core.checkpoints import default_shadow
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
 from reranker.demo.core import read_model, sample_queries
