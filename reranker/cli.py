@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from reranker.core.base_models import DEFAULT_BASE
-from reranker.core.checkpoints import DEFAULT_CHECKPOINT
+from reranker.core.checkpoints import DEFAULT_MODEL
 from reranker.serving.cli import rerank, serve
 from streaming.cli import catalog_app, consume, materialize, publish, rollout_app
 
@@ -31,9 +31,15 @@ DType = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 (a
 @app.command()
 def demo(
     base: Annotated[
-        str, typer.Option(help="shipped checkpoint alias or folder (trained), or a base to wrap untrained")
-    ] = DEFAULT_CHECKPOINT,
-    num_gist: NumGist = 8,
+        str,
+        typer.Option(
+            help="model: a preset (the default reads the untouched base by query likelihood with prefix "
+            "caching at 64), a shipped checkpoint alias or folder (trained), or a base to wrap untrained"
+        ),
+    ] = DEFAULT_MODEL,
+    num_gist: Annotated[
+        int | None, typer.Option(help="k stored positions (default: the model's own)")
+    ] = None,
     dtype: DType = "auto",
     core: Annotated[
         bool, typer.Option(help="in-process only: compress + score vs score_full, no services")
@@ -41,21 +47,25 @@ def demo(
     workdir: Annotated[Path, typer.Option(help="where the pipeline demo keeps its state")] = Path("var/demo"),
     queries: Annotated[int, typer.Option(help="sample queries ranked through Triton")] = 3,
     max_item_tokens: Annotated[
-        int, typer.Option(help="item tokens kept (the full-context shadow reads them all, on CPU)")
-    ] = 256,
+        int | None,
+        typer.Option(
+            help="item tokens read (the full-context shadow reads them all, on CPU; default: the model's own)"
+        ),
+    ] = None,
     shadow_model: Annotated[
         str | None,
         typer.Option(
-            help="full-context model of the shadow; default the shipped teacher for a shipped student"
+            help="full-context model of the shadow; default the shipped teacher for a shipped student, "
+            "else the model's own full-context forward"
         ),
     ] = None,
     compressor: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="gist | select | prefix: what the k stored positions are; select and prefix read any "
-            "checkpoint's body with --num-gist positions and no training"
+            help="gist | select | prefix: what the k stored positions are (default: the model's own); "
+            "select and prefix read any checkpoint's body with --num-gist positions and no training"
         ),
-    ] = "gist",
+    ] = None,
 ) -> None:
     """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
     if core:
@@ -396,9 +406,7 @@ def plan(
     items: Annotated[int, typer.Option(help="catalog size")],
     qps: Annotated[float, typer.Option(help="queries per second")],
     candidates: Annotated[int, typer.Option(help="candidates reranked per query")],
-    model: Annotated[
-        str, typer.Option(help="model reference (alias, folder, REF?settings)")
-    ] = DEFAULT_CHECKPOINT,
+    model: Annotated[str, typer.Option(help="model reference (alias, folder, REF?settings)")] = DEFAULT_MODEL,
     dtype: Annotated[
         str | None,
         typer.Option(help="blob storage dtype: float32 | bfloat16 | float16 | int8 (default the model's)"),

@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from reranker.core.checkpoints import DEFAULT_CHECKPOINT
+from reranker.core.checkpoints import DEFAULT_MODEL
 from streaming.catalog import DEFAULT_URL, Catalog, CatalogError
 from streaming.kafka_settings import KafkaSettings, ensure_topics
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
     from reranker.store import GistStore
-
-DEFAULT_MODEL = DEFAULT_CHECKPOINT  # the shipped trained checkpoint; the server defaults to it too
 
 
 class OnlineStore(StrEnum):
@@ -109,23 +107,11 @@ def _load_model(
     compressor: str | None = None,
     max_item_tokens: int | None = None,
 ) -> GistReranker:
-    """The model `ref` names, read with the given settings (`checkpoints.model_spec`): the one place the
-    consumer, the backfill and the server's recompute agree on, so their K/V fingerprints match."""
-    from reranker import GistConfig, GistReranker
-    from reranker.core.checkpoints import is_checkpoint, model_spec
-    from reranker.core.config import resolve_dtype
+    """`GistReranker.read`, its refusals as usage errors."""
+    from reranker import GistReranker
 
-    spec = model_spec(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     try:
-        if is_checkpoint(ref):
-            # A checkpoint carries its weights' dtype; `auto` asks for no particular one.
-            model = GistReranker.from_pretrained(spec)
-            wanted = None if dtype in (None, ComputeDType.auto) else dtype.value
-            if wanted is not None and model.gist.dtype != wanted:
-                raise typer.BadParameter(f"{ref} was trained with dtype={model.gist.dtype}")
-            return model
-        dtype_name = resolve_dtype(dtype.value) if dtype is not None else None
-        return GistReranker.from_pretrained(spec, GistConfig(**({"dtype": dtype_name} if dtype_name else {})))
+        return GistReranker.read(ref, dtype and dtype.value, compressor, num_gist, max_item_tokens)
     except ValueError as exc:  # an unknown compressor, a k the trained gists do not have, ...
         raise typer.BadParameter(str(exc)) from None
 

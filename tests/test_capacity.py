@@ -68,6 +68,12 @@ def test_plan_figures(tiny_model: GistReranker) -> None:
     assert more.online_flops_per_s == pytest.approx(2 * p.online_flops_per_s)  # linear in qps
     assert more.recompute_flops_per_s > p.recompute_flops_per_s > 0
     assert plan(tiny_model, 1, 1, 1, hit_ratio=1.0).recompute_flops_per_s == 0
+    # a miss's compression forward: item + gists; the item alone to select; its stored tokens to prefix-cache
+    shape, j, k = ModelShape.of(tiny_model), 300, tiny_model.gist.num_gist
+    for compressor, tokens in (("gist", j + k), ("select", j), ("prefix", k)):
+        reader = tiny_model.with_gist_config(tiny_model.gist.model_copy(update={"compressor": compressor}))
+        miss = plan(reader, 1, 1, 1, hit_ratio=0.0, item_tokens=j)
+        assert miss.recompute_flops_per_s == tokens * shape.flops_per_token(tokens), compressor
     with pytest.raises(ValueError, match="hit ratio"):
         plan(tiny_model, 1, 1, 1, hit_ratio=1.5)
 

@@ -373,6 +373,28 @@ def test_compose_has_the_whole_stack() -> None:
     assert _bind_mounts(services["prometheus"])["/etc/prometheus"] == PROMETHEUS
 
 
+def test_triton_serves_the_model_the_consumer_writes() -> None:
+    """The consumer writes rows under its model's fingerprint and Triton reads only its own model's
+    view, so each deployment names one model for both (the consumer's --model, else the default)."""
+    from reranker.core.checkpoints import DEFAULT_MODEL
+
+    def consumer_model(args: list[str]) -> str:
+        return args[args.index("--model") + 1] if "--model" in args else DEFAULT_MODEL
+
+    services = _compose_config()["services"]
+    served = services["triton"]["environment"]["GISTRANK_SERVE_MODEL_PATH"]
+    assert served == consumer_model(services["consumer"]["command"])
+
+    def container(name: str) -> dict[str, Any]:
+        docs = [d for d in yaml.safe_load_all((DOCKER / "k8s" / f"{name}.yaml").read_text()) if d]
+        (deployment,) = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+        (only,) = deployment["spec"]["template"]["spec"]["containers"]
+        return only
+
+    env = {e["name"]: e.get("value") for e in container("triton")["env"]}
+    assert env["GISTRANK_SERVE_MODEL_PATH"] == consumer_model(container("consumer")["args"])
+
+
 def test_every_published_port_binds_localhost() -> None:
     for files in ((COMPOSE,), (COMPOSE, COMPOSE_GPU)):
         for name, service in _compose_config(*files)["services"].items():

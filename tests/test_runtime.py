@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from reranker.core.checkpoints import DEFAULT_MODEL, default_shadow
 from reranker.serving.runtime import FullParams, GistParams
 from reranker.serving.server import FULL_MODEL, GIST_MODEL, TEMPLATE_REPO, read_parameters
 
@@ -14,6 +15,8 @@ def test_config_parameters_are_exactly_the_runtime_parameters() -> None:
     params = GistParams.parse(gist)
     assert params.kafka_bootstrap_servers == "" and 0 < params.shadow_rate < 0.1
     FullParams.parse(full)
+    # used as is (`tritonserver --model-repository`): the default model, checked by its own shadow
+    assert gist["model_path"] == DEFAULT_MODEL and full["model_path"] == default_shadow(DEFAULT_MODEL)
     with pytest.raises(ValueError, match=r"unknown \['typo'\], missing \['l1_ttl_s'\]"):
         GistParams.parse({**{k: v for k, v in gist.items() if k != "l1_ttl_s"}, "typo": "1"})
     with pytest.raises(ValueError, match="l1_bytes='lots' is not a valid int"):

@@ -210,6 +210,37 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
     assert shadow == "gistrank-teacher-lora?max_item_tokens=1024"
 
 
+def test_read_puts_a_commands_settings_over_the_models_own(tiny_base: Path, tmp_path: Path) -> None:
+    """`GistReranker.read`, the loader of demo, consume, materialize and bench-serving: a command's
+    --compressor / --num-gist / --max-item-tokens go over a checkpoint's, a preset's or a reference's
+    own settings (None keeps them), for trained checkpoints too."""
+    from reranker.core.checkpoints import DEFAULT_MODEL, split_spec
+
+    base, preset = split_spec(DEFAULT_MODEL)
+    assert base == "smollm2-135m-instruct"
+    assert {k: preset[k] for k in ("compressor", "num_gist", "max_item_tokens", "score_rule")} == {
+        "compressor": "prefix",
+        "num_gist": "64",
+        "max_item_tokens": "1024",
+        "score_rule": "query_likelihood",
+    }
+    assert split_spec(f"{DEFAULT_MODEL}?num_gist=32") == (base, preset | {"num_gist": "32"})
+    config = GistConfig(num_gist=4, max_item_tokens=64, dtype="float32")
+    ckpt = GistReranker.from_pretrained(tiny_base, config, device="cpu").save_pretrained(tmp_path / "ckpt")
+
+    def reading(model: GistReranker) -> tuple[str, int, int]:
+        return model.gist.compressor, model.gist.num_gist, model.gist.max_item_tokens
+
+    assert reading(GistReranker.read(ckpt, "auto")) == ("gist", 4, 64)
+    assert reading(GistReranker.read(ckpt, "auto", max_item_tokens=128)) == ("gist", 4, 128)
+    pruned = GistReranker.read(f"{ckpt}?max_item_tokens=100", compressor="prefix", num_gist=6)
+    assert reading(pruned) == ("prefix", 6, 100)
+    with pytest.raises(ValueError, match="trained with dtype=float32, not bfloat16"):
+        GistReranker.read(ckpt, "bfloat16")
+    wrapped = GistReranker.read(f"{tiny_base}?num_gist=3", "float32", compressor="select", num_gist=5)
+    assert reading(wrapped) == ("select", 5, GistConfig().max_item_tokens) and wrapped.gist.dtype == "float32"
+
+
 def test_a_reference_can_read_a_base_zero_shot_by_likelihood(tiny_base: Path) -> None:
     """score_rule and query_template travel in the reference too: an untouched LM scores
     log p(query | item) under its own head, with no trained parameter."""

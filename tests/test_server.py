@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from reranker.core.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.core.checkpoints import (
+    DEFAULT_MODEL,
+    HYBRID_CHECKPOINT,
+    QL_CHECKPOINT,
+    SHADOW_CHECKPOINT,
+    SHIPPED,
+)
 from reranker.serving.server import (
     FULL_MODEL,
     GIST_MODEL,
@@ -57,9 +63,10 @@ def test_shadow_defaults_to_the_shipped_teacher_only_for_a_shipped_student() -> 
         return ServerSettings(**kwargs).parameters()[FULL_MODEL]["model_path"]
 
     assert shadow(model_path="/m") == "/m"  # any other model: its own full-context forward
-    assert shadow(model_path=DEFAULT_CHECKPOINT) == SHADOW_CHECKPOINT
-    assert shadow(model_path=str(SHIPPED[DEFAULT_CHECKPOINT])) == SHADOW_CHECKPOINT  # by folder too
-    assert shadow(model_path=DEFAULT_CHECKPOINT, full_model_path="/t") == "/t"
+    assert shadow(model_path=DEFAULT_MODEL) == DEFAULT_MODEL  # the default preset reads the base
+    assert shadow(model_path=HYBRID_CHECKPOINT) == SHADOW_CHECKPOINT
+    assert shadow(model_path=str(SHIPPED[HYBRID_CHECKPOINT])) == SHADOW_CHECKPOINT  # by folder too
+    assert shadow(model_path=HYBRID_CHECKPOINT, full_model_path="/t") == "/t"
     assert shadow(model_path=QL_CHECKPOINT) == SHADOW_CHECKPOINT  # the other shipped student
     assert shadow(model_path=SHADOW_CHECKPOINT) == SHADOW_CHECKPOINT  # the teacher checks itself
 

@@ -1,5 +1,7 @@
-"""The shipped checkpoints (the demo's hybrid student, the 4-gist likelihood student and their shadow
-teacher) load on the real base and rank sensibly; the 4-gist student beats its controls at its budget."""
+"""The shipped models load on the real base and rank sensibly: the default (a preset: the untouched base
+by likelihood, prefix caching at 64) on the demo's sample catalog; the trained checkpoints (the hybrid
+student, the 4-gist likelihood student and their shadow teacher) on the synthetic test split, where the
+4-gist student beats its controls at its budget."""
 
 from __future__ import annotations
 
@@ -7,7 +9,15 @@ import pytest
 import torch
 
 from reranker import GistReranker
-from reranker.core.checkpoints import DEFAULT_CHECKPOINT, QL_CHECKPOINT, SHADOW_CHECKPOINT, SHIPPED
+from reranker.core.checkpoints import (
+    DEFAULT_MODEL,
+    HYBRID_CHECKPOINT,
+    QL_CHECKPOINT,
+    SHADOW_CHECKPOINT,
+    SHIPPED,
+)
+from reranker.core.render import render_item
+from reranker.demo.core import sample_catalog, sample_queries
 from reranker.evaluation.baselines import compress_prefix
 from reranker.evaluation.ranking_metrics import ndcg_at_k
 from reranker.training.data_synth import generate
@@ -20,6 +30,26 @@ def test_shipped_checkpoint_is_small_and_pickle_free(alias: str) -> None:
     files = [f for f in SHIPPED[alias].rglob("*") if f.is_file()]
     assert sum(f.stat().st_size for f in files) <= 20 * 2**20
     assert {f.suffix for f in files} <= {".json", ".safetensors", ".md"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_default_model_puts_the_category_asked_for_first_on_the_demo_queries(dtype: str) -> None:
+    """What chose the default beside the AP89 table (reports/quality.md): it ranks the demo's sample
+    queries sensibly — for each, the top item is of the category the query asks for (phone, headphones,
+    kettle, laptop), with no training, in either storage dtype."""
+    model = GistReranker.read(DEFAULT_MODEL, dtype)
+    assert not model.has_lora
+    assert (model.gist.compressor, model.gist.num_gist, model.gist.score_rule) == (
+        "prefix",
+        64,
+        "query_likelihood",
+    )
+    catalog = sample_catalog()
+    kvs = model.compress([render_item(i["title"], i["attributes"], i["description"]) for i in catalog])
+    top = [
+        catalog[int(model.score(query, kvs).argmax())]["attributes"]["category"] for query in sample_queries()
+    ]
+    assert top == ["phones", "headphones", "kettles", "laptops", "phones", "kettles"]
 
 
 def _test_lists(n: int) -> list[tuple[str, list[str], list[int]]]:
@@ -64,11 +94,11 @@ def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
     assert mean["gist"] > mean["prefix 4"] + 0.15, ndcg
 
 
-def test_default_checkpoint_ranks_test_queries_far_better_than_untrained_gists() -> None:
+def test_hybrid_checkpoint_ranks_test_queries_far_better_than_untrained_gists() -> None:
     """Test-split queries of the synthetic set it was evaluated on (reports/quality.md): the online
     path of the trained checkpoint against the same base wrapped with untrained gists and head."""
     torch.manual_seed(0)
-    model = GistReranker.from_pretrained(DEFAULT_CHECKPOINT, device="cpu")  # fingerprint checked on load
+    model = GistReranker.from_pretrained(HYBRID_CHECKPOINT, device="cpu")  # fingerprint checked on load
     assert model.has_lora and (model.gist.keep_item_prefix, model.gist.num_gist) == (32, 8)
     untrained = GistReranker.from_pretrained(model.base_ref, model.gist, device="cpu")
     trained_ndcg, untrained_ndcg = [], []

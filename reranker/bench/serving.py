@@ -54,7 +54,6 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.errors import GistRankError
 from reranker.core.model import GistReranker
 from reranker.demo.core import sample_queries
@@ -723,7 +722,7 @@ def run_serving_bench(
     feast_requests: int = 8,
     recompute_requests: int = 4,
     warmup: int = 2,
-    num_gist: int = 8,
+    num_gist: int | None = None,
     item_tokens: tuple[int, int] = (64, 192),
     seed: int = 0,
     num_threads: int = 0,
@@ -735,8 +734,9 @@ def run_serving_bench(
 ) -> ServingBenchResult:
     """Run the serving benchmark (module docstring), print its tables, write `out` (JSON), return it.
 
-    `model`: GistRank checkpoint folder (used as is; `dtype` and `num_gist` are then its own), or a base
-    alias / HF folder, wrapped with `num_gist` gists in `dtype` and saved as a checkpoint in `workdir`.
+    `model`: read as `demo` reads it (`reranker.demo.core.read_model`): a GistRank checkpoint as is (`dtype`
+    is then its own), a preset or base (alias, HF folder, `REF?settings`) wrapped in `dtype` and saved as a
+    checkpoint in `workdir`; `num_gist`, when given, over the model's own k.
     `requests`: hit-path requests per protocol (also the in-process repetitions); `feast_requests` and
     `recompute_requests`: per protocol, each with its own fresh `candidates` items; `warmup`: untimed
     hit requests per protocol (and in-process calls) first. Each phase (one path over one protocol) stops
@@ -772,7 +772,7 @@ def run_serving_bench(
     catalog: Catalog | None = None
     try:
         steps("1. model: one checkpoint for the materializer, the server and the in-process score()")
-        served = serving_checkpoint(model, workdir, GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype)))
+        served = serving_checkpoint(model, workdir, dtype, num_gist=num_gist)
         gist_model = served.model
         queries = _usable_queries(gist_model)
         console.print(

@@ -28,8 +28,14 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from reranker.core.base_models import DEFAULT_BASE, resolve_base
-from reranker.core.checkpoints import CHECKPOINT_FILE, resolve_checkpoint, split_spec
-from reranker.core.config import GistConfig, compute_dtype_for
+from reranker.core.checkpoints import (
+    CHECKPOINT_FILE,
+    is_checkpoint,
+    model_spec,
+    resolve_checkpoint,
+    split_spec,
+)
+from reranker.core.config import GistConfig, compute_dtype_for, resolve_dtype
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -119,6 +125,29 @@ class GistWeights(nn.Module):
         if settings:
             model = model._read_with(settings, ckpt)
         return model.to_compute(compute_dtype)
+
+    @classmethod
+    def read(
+        cls,
+        ref: str | Path,
+        dtype: str | None = None,
+        compressor: str | None = None,
+        num_gist: int | None = None,
+        max_item_tokens: int | None = None,
+    ) -> Self:
+        """The model a command's `--model` names — checkpoint, preset or base (alias, folder,
+        `REF?settings`) — read with the settings given over its own (None keeps the model's): the one
+        loader of the demo, the consumer, the backfill and the server's recompute, so their K/V
+        fingerprints agree. A base is wrapped with storage dtype `dtype` (`auto`: bf16 where the CPU
+        computes it natively; None: GistConfig's default); a checkpoint keeps the dtype it was trained
+        with, and naming another is an error."""
+        spec = model_spec(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+        if not is_checkpoint(spec):
+            return cls.from_pretrained(spec, GistConfig(**({"dtype": resolve_dtype(dtype)} if dtype else {})))
+        model = cls.from_pretrained(spec)
+        if dtype not in (None, "auto") and model.gist.dtype != dtype:
+            raise ValueError(f"{ref} was trained with dtype={model.gist.dtype}, not {dtype}")
+        return model
 
     def _read_with(self, settings: dict[str, str], source: Path) -> Self:
         """This checkpoint under other reading settings (a longer item cap, another compressor)."""

@@ -10,8 +10,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from reranker.core.checkpoints import is_checkpoint, model_spec, resolve_checkpoint, split_spec
-from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.checkpoints import is_checkpoint
 from reranker.core.model import GistReranker
 from reranker.core.render import render_item
 
@@ -32,35 +31,19 @@ def _ranking(ids: list[str], scores: torch.Tensor, top: int) -> list[str]:
     return [f"{ids[i]} ({scores[i]:+.2f})" for i in order]
 
 
-def read_model(model: str, wrap: GistConfig) -> tuple[GistReranker, str | None]:
-    """A GistRank checkpoint (alias or folder) read with `wrap`'s compressor (and its k, for select and
-    prefix, which need no training) → (the model, its reference); a base alias or HF folder (with any
-    reading settings of its own) wrapped under `wrap` → (the model, None)."""
-    if not is_checkpoint(model):
-        return GistReranker.from_pretrained(model, wrap), None
-    ref, _ = split_spec(model)
-    budget = {} if wrap.compressor == "gist" else {"compressor": wrap.compressor, "num_gist": wrap.num_gist}
-    spec = model_spec(resolve_checkpoint(ref), **budget)
-    return GistReranker.from_pretrained(spec), spec
-
-
 def run_core_demo(
     base: str,
-    num_gist: int = 8,
+    num_gist: int | None = None,
     dtype: str = "auto",
     top: int = 5,
-    compressor: str = "gist",
-    max_item_tokens: int = 256,
+    compressor: str | None = None,
+    max_item_tokens: int | None = None,
 ) -> None:
-    """`base` read as the pipeline demo reads it (`read_model`: a checkpoint under `compressor`, a base
-    wrapped with these settings)."""
+    """`base` read as the pipeline demo reads it (`GistReranker.read`)."""
     console = Console()
     start = time.perf_counter()
-    wrap = GistConfig(
-        num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype), compressor=compressor
-    )
-    model, spec = read_model(base, wrap)
-    trained = spec is not None
+    model = GistReranker.read(base, dtype, compressor, num_gist, max_item_tokens)
+    trained = is_checkpoint(base)
     g = model.gist
     console.print(
         f"loaded [bold]{base}[/] on {model.device} in {time.perf_counter() - start:.1f}s — "

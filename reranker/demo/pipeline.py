@@ -20,10 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.core.checkpoints import default_shadow
-from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.checkpoints import default_shadow, is_checkpoint, model_spec
 from reranker.core.model import GistReranker
-from reranker.demo.core import read_model, sample_queries
+from reranker.demo.core import sample_queries
 
 if TYPE_CHECKING:
     from reranker.serving.client import RerankClient
@@ -61,10 +60,18 @@ class ServingModel:
     trained: bool  # a GistRank checkpoint (else a base wrapped with untrained gists and head)
 
 
-def serving_checkpoint(model: str, workdir: Path, wrap: GistConfig) -> ServingModel:
-    """`read_model`, a wrapped base saved to `workdir/model` so that the server can load it."""
-    gist_model, spec = read_model(model, wrap)
-    if spec is None:
+def serving_checkpoint(
+    model: str,
+    workdir: Path,
+    dtype: str = "auto",
+    compressor: str | None = None,
+    num_gist: int | None = None,
+    max_item_tokens: int | None = None,
+) -> ServingModel:
+    """`GistReranker.read`, a wrapped base saved to `workdir/model` so that the server can load it."""
+    spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    gist_model = GistReranker.read(spec, dtype)
+    if not is_checkpoint(spec):
         return ServingModel(gist_model, str(gist_model.save_pretrained(workdir / "model")), False)
     return ServingModel(gist_model, spec, True)
 
@@ -286,12 +293,12 @@ def _update_flows_through(
 def run_pipeline_demo(
     model: str,
     workdir: Path,
-    num_gist: int = 8,
+    num_gist: int | None = None,
     dtype: str = "auto",
     queries: int = 3,
-    max_item_tokens: int = 256,
+    max_item_tokens: int | None = None,
     shadow_model: str | None = None,
-    compressor: str = "gist",
+    compressor: str | None = None,
 ) -> PipelineDemoResult:
     """The whole pipeline (module docstring) in `workdir` (emptied first); prints each step."""
     from reranker.serving.client import RerankClient
@@ -303,10 +310,7 @@ def run_pipeline_demo(
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     steps("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
-    wrap = GistConfig(
-        num_gist=num_gist, max_item_tokens=max_item_tokens, dtype=resolve_dtype(dtype), compressor=compressor
-    )
-    served = serving_checkpoint(model, workdir, wrap)
+    served = serving_checkpoint(model, workdir, dtype, compressor, num_gist, max_item_tokens)
     g, fingerprint = served.model.gist, served.model.fingerprint
     layout = f"{g.compressor}, k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}"
     console.print(f"{model}: {layout}, fingerprint {fingerprint}")

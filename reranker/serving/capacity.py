@@ -6,7 +6,8 @@ the codec's real blob (DESIGN §3–4).
     store                  items × blob; Redis Cluster masters = store / (memory per shard × fill)
     fetch bytes/s          qps × candidates × hit ratio × blob: what the online path reads
     online FLOPs/s         qps × candidates × ℓ query tokens × FLOPs per token, plus the misses'
-                           recompute (each miss compresses its item: j + k tokens)
+                           recompute (each miss compresses its item: a forward over j + k tokens for
+                           gists, j for selection, its min(j, t + k) stored tokens for prefix caching)
     backfill               items / (items/s per consumer × consumers); consumers needed for a window
 
 FLOPs per token and layer: 2 × (q, k, v, o and gated-MLP weights) + 4 × visible positions × H_q·h
@@ -156,7 +157,8 @@ def plan(
     head = shape.vocab if g.score_rule == "query_likelihood" else 1
     per_candidate += 2 * shape.hidden * head * (query_tokens if g.score_rule == "query_likelihood" else 1)
     j = item_tokens or g.max_item_tokens
-    recompute = (j + g.num_gist) * shape.flops_per_token(j + g.num_gist)
+    forward = {"gist": j + g.num_gist, "select": j, "prefix": min(j, stored)}[g.compressor]
+    recompute = forward * shape.flops_per_token(forward)
     lookups = qps * candidates
     backfill = None if consumer_items_per_s is None else items / (consumer_items_per_s * consumers) / 3600
     needed = (

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from reranker.core.checkpoints import DEFAULT_CHECKPOINT, model_spec
+from reranker.core.checkpoints import DEFAULT_MODEL, model_spec
 
 Port = Annotated[int, typer.Option(help="0 = pick a free port")]
 
@@ -21,7 +21,7 @@ Port = Annotated[int, typer.Option(help="0 = pick a free port")]
 def serve(
     model: Annotated[
         str, typer.Option(help="GistRank checkpoint (folder or shipped alias), base alias or HF folder")
-    ] = DEFAULT_CHECKPOINT,
+    ] = DEFAULT_MODEL,
     compressor: Annotated[
         str | None, typer.Option(help="gist | select | prefix (default: the model's own)")
     ] = None,

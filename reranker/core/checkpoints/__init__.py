@@ -1,5 +1,6 @@
-"""Checkpoints shipped with GistRank, by alias: the demo's default model, usable anywhere a checkpoint
-folder is. Each folder carries its model card (README.md: the exact command, data and metrics).
+"""Models shipped with GistRank, by alias, usable anywhere a checkpoint folder or base is: trained
+checkpoints (each folder carries its model card, README.md: the exact command, data and metrics) and
+presets, a base under fixed reading settings (the default model is one: it needs no training).
 
 A shipped checkpoint holds only what training added — gist embeddings, score token, head and LoRA
 adapters (safetensors) — and names its base by alias, so it is a few MB; its fingerprint covers the
@@ -12,13 +13,22 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 CHECKPOINT_FILE = "gistrank.json"
-DEFAULT_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule
+HYBRID_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule
 QL_CHECKPOINT = "gistrank-ql-k4"  # 4 gists read by query likelihood: beats prefix caching at 4 positions
 SHADOW_CHECKPOINT = "gistrank-teacher-lora"  # full-context LoRA cross-encoder on the same base and data
 SHIPPED = {
-    DEFAULT_CHECKPOINT: Path(__file__).parent / "hybrid-t32-k8",
+    HYBRID_CHECKPOINT: Path(__file__).parent / "hybrid-t32-k8",
     QL_CHECKPOINT: Path(__file__).parent / "ql-k4",
     SHADOW_CHECKPOINT: Path(__file__).parent / "teacher-lora",
+}
+
+# The default of `demo`, `serve`, `consume`, `materialize` and `plan`, chosen from the AP89 and synthetic
+# tables (reports/quality.md): the untouched base scoring log p(query | item), its stored unit the K/V of
+# the item's first 64 tokens, items read up to 1024 tokens by the full-context shadow and recompute.
+DEFAULT_MODEL = "gistrank-base-ql-prefix64"
+PRESETS = {
+    DEFAULT_MODEL: "smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D"
+    "&compressor=prefix&num_gist=64&max_item_tokens=1024",
 }
 
 
@@ -39,17 +49,25 @@ SPEC_SETTINGS = (
 def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
     """A model reference with reading settings, `REF?compressor=select&num_gist=64&max_item_tokens=1024`
     → (REF, {setting: value}). One string, so every command and the Triton config that take a model
-    take a variant of it too (`GistReranker.from_pretrained` applies the settings)."""
+    take a variant of it too (`GistReranker.from_pretrained` applies the settings). A preset expands to
+    its base and settings, the reference's own settings over them."""
+    ref, _, query = str(spec).partition("?")
+    if ref in PRESETS:
+        base, preset = split_spec(PRESETS[ref])
+        return base, preset | _settings(spec, query)
     if "?" not in str(spec):  # command-line options may hand the reference over as a Path
         return spec, {}
-    ref, _, query = str(spec).partition("?")
-    settings = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=True))
+    return ref, _settings(spec, query)
+
+
+def _settings(spec: str | Path, query: str) -> dict[str, str]:
+    settings = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
     unknown = sorted(set(settings) - set(SPEC_SETTINGS))
     if unknown:
         raise ValueError(
             f"{spec}: unknown settings {unknown}; a model reference may set {list(SPEC_SETTINGS)}"
         )
-    return ref, settings
+    return settings
 
 
 def model_spec(ref: str | Path, **settings: object) -> str:
@@ -77,7 +95,7 @@ def default_shadow(model: str | Path) -> str:
     """The full-context model that checks `model` online when none is named: the shipped teacher for a
     shipped student (all trained on the same data and base), else `model`'s own full-context forward."""
     ref, settings = split_spec(model)
-    students = (SHIPPED[DEFAULT_CHECKPOINT], SHIPPED[QL_CHECKPOINT])
+    students = (SHIPPED[HYBRID_CHECKPOINT], SHIPPED[QL_CHECKPOINT])
     shipped_student = Path(resolve_checkpoint(ref)).resolve() in {s.resolve() for s in students}
     if not shipped_student:
         return str(model)
