@@ -2,7 +2,10 @@
 # The synthetic catalog's budget table: the shipped checkpoints against the demo's shadow
 # (gistrank-teacher-lora, full context) on the test split, and that teacher's own body read with
 # training-free K/V selection or prefix caching at k in {8, 16, 32, 64, 128} and as a hybrid (t = 32 raw
-# prefix tokens + 8 selected, the default student's budget). No training; items capped at 256 tokens.
+# prefix tokens + 8 selected, the trained hybrid's budget). No training; items capped at 256 tokens.
+# Then the default model (a preset: the untouched base read by likelihood, prefix caching at 64) in an
+# evaluation of its own, seeded with the first one's scores (teacher, BM25 read back, never re-scored),
+# and `eval-merge` joins the two into one table (the shared systems checked identical).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
@@ -14,3 +17,7 @@ STUDENTS=(--student gistrank-hybrid-t32-k8 --student gistrank-ql-k4
 for k in 8 16 32 64 128; do STUDENTS+=(--student "$TEACHER?compressor=select&num_gist=$k" --prefix-k "$k"); done
 "$GISTRANK" eval --teacher "$TEACHER" "${STUDENTS[@]}" "${DATA[@]}" --out "$OUT/synthetic-test" \
   --run-dir "$OUT/synthetic-test/runs"
+[ -d "$OUT/default-test/runs" ] || { mkdir -p "$OUT/default-test" && cp -r "$OUT/synthetic-test/runs" "$OUT/default-test/runs"; }
+"$GISTRANK" eval --teacher "$TEACHER" --student gistrank-base-ql-prefix64 "${DATA[@]}" --out "$OUT/default-test" \
+  --run-dir "$OUT/default-test/runs"
+"$GISTRANK" eval-merge "$OUT/synthetic-test" "$OUT/default-test" --out "$OUT/synthetic-merged"

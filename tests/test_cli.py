@@ -177,7 +177,7 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path, compressor: s
     assert result.exit_code == 0, result.output
     out = result.output
     assert f": {compressor}, k=4, t=0, float32, fingerprint" in out
-    assert "16/16 items have gist K/V in Feast" in out
+    assert "16/16 items have stored K/V in Feast" in out
     assert out.count("query: ") == 2
     assert "→ version" in out and "(feast)" in out.split("→ version")[1]
     assert "· l1)" in out.split("→ version")[0]  # the repeated gist request is an L1 hit

@@ -481,6 +481,25 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
         assert alone_prefix == [r.metrics for r in both.records if r.system == "prefix 3 · select k=3"]
 
 
+def test_a_prefix_student_is_not_its_own_control(tiny_base: Path, tmp_path: Path) -> None:
+    """A prefix-caching student's control at its own budget, read by its own body, would be the
+    student again: only the other budgets are its controls (none asked: no control, no error)."""
+    data = tiny_relevance_set()
+    base = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    )
+    spec = f"{base.save_pretrained(tmp_path / 'base')}?compressor=prefix&num_gist=2"
+    with_other = evaluate(data, spec, [spec], tmp_path / "a", device="cpu", prefix_ks=(1,))
+
+    def controls(result: object) -> dict[str, str | None]:
+        return {name: f.control_of for name, f in result.systems.items() if f.control_of}
+
+    assert "prefix k=2" in with_other.systems
+    assert controls(with_other) == {"prefix 1 · prefix k=2": "prefix k=2"}
+    alone = evaluate(data, spec, [spec], tmp_path / "b", device="cpu", prefix_ks=())
+    assert "prefix k=2" in alone.systems and controls(alone) == {}
+
+
 def test_a_stopped_evaluation_keeps_its_finished_queries(
     tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,6 +1,6 @@
 """`gistrank demo`: the whole pipeline on this machine, every component real and bound to 127.0.0.1.
 
-catalog (SQLite) → change events → Kafka (KRaft broker) → consumer → gist K/V in Feast (SQLite)
+catalog (SQLite) → change events → Kafka (KRaft broker) → consumer → stored K/V in Feast (SQLite)
 → Triton (gist_reranker: L1 → Feast → recompute; full_reranker: the shadow) → rankings side by side
 → one catalog update flows through again → metrics snapshot. Everything it starts, it stops.
 """
@@ -96,7 +96,7 @@ class PipelineDemoResult:
     workdir: Path
     fingerprint: str
     items: int  # in the catalog
-    stored: int  # with gist K/V in Feast after the consumer ran
+    stored: int  # with stored K/V in Feast after the consumer ran
     update: UpdateOutcome
     duration_s: float
 
@@ -104,7 +104,7 @@ class PipelineDemoResult:
 # --------------------------------------------------------------------------------------------- steps
 def _rankings(console: Console, query: str, gist: list, full: list, top: int) -> None:
     table = Table(title=f"query: {query!r}", title_justify="left")
-    table.add_column("gist_reranker (online, gist K/V) — score · tier")
+    table.add_column("gist_reranker (online, stored K/V) — score · tier")
     table.add_column("full_reranker (shadow, full context) — score")
     ranked_gist = sorted(gist, key=lambda c: -c.score)[:top]
     ranked_full = sorted(full, key=lambda c: -c.score)[:top]
@@ -211,7 +211,7 @@ def _consume_catalog(
     ids = list(versions)
     _consume_until(consumer, store, versions)
     stored = sum(row is not None for row in store.read(ids).values())
-    console.print(f"{stored}/{len(ids)} items have gist K/V in Feast")
+    console.print(f"{stored}/{len(ids)} items have stored K/V in Feast")
     return store, ids, stored
 
 
@@ -331,7 +331,7 @@ def run_pipeline_demo(
         store, ids, stored = _consume_catalog(settings, served.model, catalog, workdir, console)
         steps("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
         server = _start_triton(served.checkpoint, workdir, catalog_url, shadow_model, console)
-        steps("6. rerank sample queries: gist ranking beside the shadow's")
+        steps("6. rerank sample queries: stored-K/V ranking beside the shadow's")
         # long timeouts: on CPU the full-context model reads every item in full, beside the shadow
         with (
             RerankClient(server.http_url, "http", timeout_s=600) as gist_client,

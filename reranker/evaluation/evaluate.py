@@ -367,7 +367,8 @@ def _gist_systems(
 
     The controls are the untrained-gists baseline (the student's body and head, initial gists; gist
     students only) and
-    prefix caching of the item's first t + k' tokens for each k' in `prefix_ks` and the student's k. With
+    prefix caching of the item's first t + k' tokens for each k' in `prefix_ks` and the student's k (for
+    a prefix student, read by its own body, that is the student). With
     `base` (the untouched base LM under the student's gist config) both controls are also read by it:
     the fair controls of a student whose score rule needs no trained parameter (query likelihood),
     since the student's own body has learned to read gists rather than raw tokens."""
@@ -397,7 +398,11 @@ def _gist_systems(
                 _key(reader, "untrained gists of "),
             )
             systems[name("untrained gists") + tag] = replace(control, kv_dims=dims)
-        budgets = sorted({t + kk for kk in (*prefix_ks, k)})
+        # a prefix student's own budget, read by its own body, is the student itself
+        own = () if student.gist.compressor == "prefix" and not tag else (k,)
+        budgets = sorted({t + kk for kk in (*prefix_ks, *own)})
+        if not budgets:
+            continue
         # one line in the plots per body: a gist student's own, a select or prefix group's shared one
         family = f"prefix · {name(with_k=student.gist.compressor == 'gist')}{tag}"
         if prefixes is None or tag:
@@ -989,6 +994,15 @@ def markdown_report(result: EvalResult) -> str:
 _LEVELS = {"bm25": {"color": "gray", "ls": "--"}, "no item": {"color": "gray", "ls": ":"}}
 
 
+def _palette(n: int) -> list:
+    """n colours for n plotted families: the default cycle while it lasts (10), then tab20's 20, so
+    that two families do not share a colour in a wide sweep."""
+    import matplotlib
+
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    return colors if n <= len(colors) else [matplotlib.colormaps["tab20"](i % 20) for i in range(n)]
+
+
 def plot(summary: Mapping[str, SystemSummary], systems: Mapping[str, SystemFacts], out: Path) -> list[Path]:
     """One PNG per metric: metric vs stored K/V positions per item (k, or t + k for a hybrid), one panel
     for all queries and one per item-length quartile, one colour per system family — trained gists vs
@@ -1002,7 +1016,7 @@ def plot(summary: Mapping[str, SystemSummary], systems: Mapping[str, SystemFacts
     families = sorted({f.family for f in systems.values() if f.positions})
     if not families:  # only full-context models and baselines: nothing varies with k
         return []
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = _palette(len(families))
     quartiles = sorted({q for s in summary.values() for q in s.by_length_quartile})
     panels: list[tuple[str, Callable[[SystemSummary], Means | None]]] = [("all queries", lambda s: s.all)]
     panels += [(f"item-length quartile Q{q}", lambda s, q=q: s.by_length_quartile.get(q)) for q in quartiles]
@@ -1056,7 +1070,7 @@ def plot_vs_bytes(result: EvalResult, out: Path) -> Path | None:
     if not sized:
         return None
     families = sorted({result.systems[name].family for name in sized})
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = _palette(len(families))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), squeeze=False)
     for ax, metric in zip(axes[0], ("ndcg@10", "recall@10"), strict=True):
         for index, family in enumerate(families):
