@@ -734,8 +734,8 @@ def run_serving_bench(
 ) -> ServingBenchResult:
     """Run the serving benchmark (module docstring), print its tables, write `out` (JSON), return it.
 
-    `model`: read as `demo` reads it (`reranker.demo.core.read_model`): a GistRank checkpoint as is (`dtype`
-    is then its own), a preset or base (alias, HF folder, `REF?settings`) wrapped in `dtype` and saved as a
+    `model`: read as `demo` reads it (`GistReranker.read`): a GistRank checkpoint as is (`dtype` is then
+    its own), a preset or base (alias, HF folder, `REF?settings`) wrapped in `dtype` and saved as a
     checkpoint in `workdir`; `num_gist`, when given, over the model's own k.
     `requests`: hit-path requests per protocol (also the in-process repetitions); `feast_requests` and
     `recompute_requests`: per protocol, each with its own fresh `candidates` items; `warmup`: untimed

@@ -137,10 +137,10 @@ class GistWeights(nn.Module):
     ) -> Self:
         """The model a command's `--model` names — checkpoint, preset or base (alias, folder,
         `REF?settings`) — read with the settings given over its own (None keeps the model's): the one
-        loader of the demo, the consumer, the backfill and the server's recompute, so their K/V
-        fingerprints agree. A base is wrapped with storage dtype `dtype` (`auto`: bf16 where the CPU
-        computes it natively; None: GistConfig's default); a checkpoint keeps the dtype it was trained
-        with, and naming another is an error."""
+        loader of the demo, the consumer and the backfill; `serve` hands Triton the same reference with
+        the same settings (`model_spec`), so their K/V fingerprints agree. A base is wrapped with
+        storage dtype `dtype` (`auto`: bf16 where the CPU computes it natively; None: GistConfig's
+        default); a checkpoint keeps the dtype it was trained with, and naming another is an error."""
         spec = model_spec(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
         if not is_checkpoint(spec):
             return cls.from_pretrained(spec, GistConfig(**({"dtype": resolve_dtype(dtype)} if dtype else {})))

@@ -315,7 +315,8 @@ def run_pipeline_demo(
     layout = f"{g.compressor}, k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}"
     console.print(f"{model}: {layout}, fingerprint {fingerprint}")
     if shadow_model is None and served.trained:
-        shadow_model = default_shadow(model)  # a shipped student's teacher, also when read by selection
+        # a shipped student's teacher (also when read by selection), reading items as far as it does
+        shadow_model = default_shadow(served.checkpoint)
     if not served.trained and g.compressor == "gist":
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
 
