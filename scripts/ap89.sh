@@ -3,8 +3,8 @@
 # Full-context references (the untouched base read zero-shot by query likelihood, the shipped LoRA
 # teacher, and with runs/ap89/teacher-ql-lora a LoRA teacher trained on topics 1-50), BM25 over the
 # whole collection, each interpolated with BM25, and training-free K/V selection and prefix caching at
-# k in {8, 16, 32, 64, 128} (one compression pass serves every k), and the hybrid budget (32 raw
-# prefix tokens + 8 selected). Needs the AP89 build (shared/data/trec-ap89/README.md) in
+# k in {8, 16, 32, 64, 128} (one compression pass serves every k), the hybrid budget (32 raw
+# prefix tokens + 8 selected), and prefix caching on the shipped teacher's body at k in {16 … 128}. Needs the AP89 build (shared/data/trec-ap89/README.md) in
 # data/trec-ap89; its text is never committed. CPU sized: the first MAX_QUERIES dev topics of each
 # candidate set in SETS (bm25: a topic's BM25 top 20 over the whole collection; judged-20: 20 of its
 # judged articles drawn with the pool's share of relevant ones). Every system's scores are cached in
@@ -36,6 +36,13 @@ import judged:20 data/ap89-judged-20
 
 STUDENTS=(--student "$BASE_QL&compressor=select&keep_item_prefix=32&num_gist=8")
 for k in 8 16 32 64 128; do STUDENTS+=(--student "$BASE_QL&compressor=select&num_gist=$k" --prefix-k "$k"); done
+# prefix caching on the shipped teacher's body (a head-rule cross-encoder trained on the synthetic
+# catalog): whether a better full-context reader keeps more when cut to its first k tokens; one prefix
+# pass serves every k, cheap next to a full-context read. SHIPPED_BODY= leaves it out
+SHIPPED_BODY=${SHIPPED_BODY-gistrank-teacher-lora}
+if [ -n "$SHIPPED_BODY" ]; then
+  for k in 16 32 64 128; do STUDENTS+=(--student "$SHIPPED_BODY?compressor=prefix&num_gist=$k&max_item_tokens=1024"); done
+fi
 for set in ${SETS:-bm25 judged-20}; do
   "$GISTRANK" eval --data "data/ap89-$set" --split dev --max-queries "$MAX_QUERIES" \
     --teacher "$BASE_QL" "${FULL[@]}" "${STUDENTS[@]}" --out "$OUT/$set-dev" --run-dir "$OUT/$set-dev/runs"

@@ -568,3 +568,16 @@ def test_a_smaller_evaluation_into_the_run_folder_loses_no_cached_score(
 
 def _cache(runs: Path) -> dict[str, dict]:
     return json.loads((runs / "cache.json").read_text())
+
+
+def test_every_full_context_line_has_a_style_of_its_own() -> None:
+    """Plots draw systems without stored positions as horizontal lines: several full-context models and
+    their BM25 interpolations must not share one style (they did: all black dash-dot)."""
+    from reranker.evaluation.evaluate import _level_styles
+
+    others = ["full context · a", "full context · b", "full context · a + bm25", "teacher + bm25"]
+    styles = _level_styles(["teacher", "bm25", "no item", *others])
+    assert styles["bm25"]["ls"] == "--" and styles["teacher"] == {"color": "black", "ls": "-."}
+    drawn = {(str(styles[n]["color"]), styles[n]["ls"]) for n in ["teacher", "bm25", "no item", *others]}
+    assert len(drawn) == 3 + len(others)
+    assert styles["full context · a + bm25"]["ls"] == ":"

@@ -994,6 +994,20 @@ def markdown_report(result: EvalResult) -> str:
 _LEVELS = {"bm25": {"color": "gray", "ls": "--"}, "no item": {"color": "gray", "ls": ":"}}
 
 
+def _level_styles(names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The horizontal line of each system with no stored positions: BM25 and the no-item floor grey,
+    the reference black, every other full-context model a colour of its own (its BM25 interpolation
+    dotted), so that several of them stay apart in the legend."""
+    import matplotlib
+
+    dark = matplotlib.colormaps["Dark2"]
+    others = [n for n in names if n not in _LEVELS and n != "teacher"]
+    styles = {
+        n: {"color": dark(i % 8), "ls": ":" if n.endswith(" + bm25") else "-."} for i, n in enumerate(others)
+    }
+    return styles | {"teacher": {"color": "black", "ls": "-."}} | _LEVELS
+
+
 def _palette(n: int) -> list:
     """n colours for n plotted families: the default cycle while it lasts (10), then tab20's 20, so
     that two families do not share a colour in a wide sweep."""
@@ -1032,11 +1046,11 @@ def plot(summary: Mapping[str, SystemSummary], systems: Mapping[str, SystemFacts
                 )
                 xs, ys = zip(*runs, strict=True)
                 ax.plot(xs, ys, marker="o", color=colors[index % len(colors)], label=family)
+            levels = _level_styles([n for n, f in systems.items() if not f.positions])
             for name, facts in systems.items():
                 if facts.positions or name == "teacher" or not (means := part(summary[name])):
                     continue
-                style = _LEVELS.get(name, {"color": "black", "ls": "-."})
-                ax.axhline(means[metric], **style, label=name)
+                ax.axhline(means[metric], **levels[name], label=name)
             ax.set_xscale("log", base=2)
             ax.set_title(title)
             ax.set_xlabel("stored K/V positions per item")
@@ -1081,14 +1095,14 @@ def plot_vs_bytes(result: EvalResult, out: Path) -> Path | None:
             )
             xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, marker="o", color=colors[index % len(colors)], label=family)
+        levels = _level_styles([n for n, f in result.systems.items() if f.positions is None])
         for name, facts in result.systems.items():
             if (
                 facts.positions is None
                 and name in result.summary
                 and (metric != "recall@10" or name != "teacher")
             ):
-                style = _LEVELS.get(name, {"color": "black", "ls": "-."})
-                ax.axhline(result.summary[name].all[metric], **style, lw=1, label=name)
+                ax.axhline(result.summary[name].all[metric], **levels[name], lw=1, label=name)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("stored K/V per item, KiB (int8)")
         ax.set_ylabel(_header(metric))
