@@ -4,8 +4,8 @@
 # teacher, and with runs/ap89/teacher-ql-lora a LoRA teacher trained on topics 1-50), BM25 over the
 # whole collection, each interpolated with BM25, and training-free K/V selection and prefix caching at
 # k in {8, 16, 32, 64, 128} (one compression pass serves every k), the hybrid budget (32 raw
-# prefix tokens + 8 selected), and prefix caching on the shipped teacher's body at k in {16 … 128}. Needs the AP89 build (shared/data/trec-ap89/README.md) in
-# data/trec-ap89; its text is never committed. CPU sized: the first MAX_QUERIES dev topics of each
+# prefix tokens + 8 selected), and prefix caching on the shipped teacher's body at k in {16 … 128}.
+# Needs the AP89 build (shared/data/trec-ap89/README.md) in data/trec-ap89; its text is never committed. CPU sized: the first MAX_QUERIES dev topics of each
 # candidate set in SETS (bm25: a topic's BM25 top 20 over the whole collection; judged-20: 20 of its
 # judged articles drawn with the pool's share of relevant ones). Every system's scores are cached in
 # the run folder, so a rerun with more topics or another system scores only what is new.
@@ -41,7 +41,9 @@ for k in 8 16 32 64 128; do STUDENTS+=(--student "$BASE_QL&compressor=select&num
 # pass serves every k, cheap next to a full-context read. SHIPPED_BODY= leaves it out
 SHIPPED_BODY=${SHIPPED_BODY-gistrank-teacher-lora}
 if [ -n "$SHIPPED_BODY" ]; then
-  for k in 16 32 64 128; do STUDENTS+=(--student "$SHIPPED_BODY?compressor=prefix&num_gist=$k&max_item_tokens=1024"); done
+  for k in 16 32 64 128; do
+    STUDENTS+=(--student "$SHIPPED_BODY?compressor=prefix&num_gist=$k&max_item_tokens=1024")
+  done
 fi
 for set in ${SETS:-bm25 judged-20}; do
   "$GISTRANK" eval --data "data/ap89-$set" --split dev --max-queries "$MAX_QUERIES" \

@@ -17,7 +17,8 @@ STUDENTS=(--student gistrank-hybrid-t32-k8 --student gistrank-ql-k4
 for k in 8 16 32 64 128; do STUDENTS+=(--student "$TEACHER?compressor=select&num_gist=$k" --prefix-k "$k"); done
 "$GISTRANK" eval --teacher "$TEACHER" "${STUDENTS[@]}" "${DATA[@]}" --out "$OUT/synthetic-test" \
   --run-dir "$OUT/synthetic-test/runs"
-[ -d "$OUT/default-test/runs" ] || { mkdir -p "$OUT/default-test" && cp -r "$OUT/synthetic-test/runs" "$OUT/default-test/runs"; }
-"$GISTRANK" eval --teacher "$TEACHER" --student gistrank-base-ql-prefix64 "${DATA[@]}" --out "$OUT/default-test" \
-  --run-dir "$OUT/default-test/runs"
-"$GISTRANK" eval-merge "$OUT/synthetic-test" "$OUT/default-test" --out "$OUT/synthetic-merged"
+DEFAULT=$OUT/default-test
+[ -d "$DEFAULT/runs" ] || { mkdir -p "$DEFAULT" && cp -r "$OUT/synthetic-test/runs" "$DEFAULT/runs"; }
+"$GISTRANK" eval --teacher "$TEACHER" --student gistrank-base-ql-prefix64 "${DATA[@]}" --out "$DEFAULT" \
+  --run-dir "$DEFAULT/runs"
+"$GISTRANK" eval-merge "$OUT/synthetic-test" "$DEFAULT" --out "$OUT/synthetic-merged"

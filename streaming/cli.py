@@ -67,8 +67,12 @@ FeastConfig = Annotated[
     ),
 ]
 RedisUrl = Annotated[str | None, typer.Option(help="redis://host:port/db for --online redis")]
-ModelRef = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
-NumGist = Annotated[int | None, typer.Option(help="k gist tokens (default 8; a checkpoint's own)")]
+ModelRef = Annotated[
+    str, typer.Option(help="preset or shipped alias, GistRank checkpoint folder, base alias or HF folder")
+]
+NumGist = Annotated[
+    int | None, typer.Option(help="k stored positions (default: the model's own; 8 for a bare base)")
+]
 DType = Annotated[
     ComputeDType | None,
     typer.Option(

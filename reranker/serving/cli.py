@@ -20,7 +20,8 @@ Port = Annotated[int, typer.Option(help="0 = pick a free port")]
 
 def serve(
     model: Annotated[
-        str, typer.Option(help="GistRank checkpoint (folder or shipped alias), base alias or HF folder")
+        str,
+        typer.Option(help="preset or shipped alias, GistRank checkpoint folder, base alias or HF folder"),
     ] = DEFAULT_MODEL,
     compressor: Annotated[
         str | None, typer.Option(help="gist | select | prefix (default: the model's own)")
