@@ -123,7 +123,7 @@ class GistRow:
             item_id=item_id,
             kv=kv_codec.encode(kv, content_hash, storage_dtype),
             fingerprint=kv.fingerprint,
-            num_gist=kv.num_gist,
+            num_gist=kv.tail_slots,
             item_tokens=kv.item_tokens,
             content_hash=content_hash,
             version=version,

@@ -40,7 +40,10 @@ def test_blob_bytes_is_the_codec_blob_of_a_real_item(tiny_base: Path, storage: s
     )
     [kv] = model.compress(ITEMS[:1])  # longer than t: p + k positions
     # the planner's item is as long as the cap: its length is metadata, a few digits of the header
-    as_planned = replace(kv, item_tokens=model.gist.max_item_tokens)
+    cap = model.gist.max_item_tokens
+    as_planned = replace(
+        kv, item_tokens=cap, query_start=model.compressor.query_start(4, cap, kv.prefix_tokens)
+    )
     assert blob_bytes(model, storage) == len(encode(as_planned, "c" * 64, storage))
     assert abs(blob_bytes(model, storage) - len(encode(kv, "c" * 64, storage))) <= 16
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,9 @@ from helpers import ITEMS, QUERY, forward_scores
 
 from reranker import EmptyInputError, GistConfig, GistReranker
 from reranker.core import layout
-from reranker.evaluation.baselines import compress_prefix
+from reranker.core.compressors import COMPRESSORS
+from reranker.core.config import template_for
+from reranker.core.errors import KVFormatError
 
 
 def assert_scores_equal(online: torch.Tensor, reference: torch.Tensor) -> None:
@@ -70,24 +73,6 @@ def test_score_full_is_a_different_forward(tiny_model: GistReranker) -> None:
     assert not torch.allclose(full, masked, rtol=1e-3)
 
 
-def test_prefix_baseline_is_plain_prefix_caching(tiny_model: GistReranker) -> None:
-    """The matched-budget baseline equals a plain causal forward of (first k item tokens + query)."""
-    k = tiny_model.gist.num_gist
-    items = [item for item in ITEMS if item != "kettle"]  # at least k tokens each
-    kvs = compress_prefix(tiny_model, items)
-    assert all(kv.item_tokens == 0 and kv.num_gist == k for kv in kvs)
-    item_ids, _ = tiny_model.item_ids(items)
-    q = tiny_model.query_tail(QUERY)
-    rows = [torch.cat([tiny_model.embed(ids[:k]), q.embeds]) for ids in item_ids]
-    reference = forward_scores(tiny_model, rows, None, q)
-    assert_scores_equal(tiny_model.score(QUERY, kvs), reference)
-
-
-def test_prefix_baseline_needs_k_tokens(tiny_model: GistReranker) -> None:
-    with pytest.raises(EmptyInputError, match=r"items \[1\] have fewer than t \+ k = 4 tokens"):
-        compress_prefix(tiny_model, ITEMS)
-
-
 # ------------------------------------------------------------------ hybrid: keep_item_prefix = t > 0
 def hybrid(base: Path, t: int, k: int = 4, max_item_tokens: int = 1024) -> GistReranker:
     gist = GistConfig(num_gist=k, keep_item_prefix=t, max_item_tokens=max_item_tokens, dtype="float32")
@@ -119,7 +104,7 @@ def test_hybrid_prefix_is_the_items_own_first_tokens(tiny_base: Path) -> None:
     t = 6
     model = hybrid(tiny_base, t)
     kvs = model.compress(ITEMS[:1])
-    plain = compress_prefix(model, ITEMS[:1])  # first t + k tokens, plain causal
+    plain = model.with_gist_config(model.gist.model_copy(update={"compressor": "prefix"})).compress(ITEMS[:1])
     torch.testing.assert_close(kvs[0].kv[..., :t, :], plain[0].kv[..., :t, :], rtol=1e-4, atol=1e-5)
     assert not torch.allclose(kvs[0].kv[..., t:, :], plain[0].kv[..., t:, :], atol=1e-3)
 
@@ -152,19 +137,6 @@ def test_hybrid_pad_slots_must_stay_masked(tiny_base: Path, monkeypatch: pytest.
     short = [i for i, kv in enumerate(kvs) if kv.prefix_tokens < 12]
     assert short
     assert float((wrong[short] - reference[short]).abs().max()) > 1e-3 * float(reference.abs().max())
-
-
-def test_hybrid_prefix_baseline_matches_budget(tiny_base: Path) -> None:
-    """At t + k stored positions the baseline is a plain causal forward of the first t + k tokens + query."""
-    model = hybrid(tiny_base, t=6)
-    items = [item for item in ITEMS if item != "kettle"]
-    kvs = compress_prefix(model, items)
-    assert all(kv.prefix_tokens == 6 and kv.item_tokens == 6 and kv.num_gist == 4 for kv in kvs)
-    item_ids, _ = model.item_ids(items)
-    q = model.query_tail(QUERY)
-    rows = [torch.cat([model.embed(ids[:10]), q.embeds]) for ids in item_ids]
-    reference = forward_scores(model, rows, None, q)
-    assert_scores_equal(model.score(QUERY, kvs), reference)
 
 
 def test_keep_item_prefix_must_leave_room_for_the_item() -> None:
@@ -206,3 +178,139 @@ def test_reconfiguring_keeps_trained_gists_only_for_the_same_layout(tiny_model: 
     assert same.fingerprint != tiny_model.fingerprint  # another config: its K/V is not interchangeable
     with pytest.raises(ValueError, match="trained gists have k=4"):
         tiny_model.with_gist_config(longer.model_copy(update={"num_gist": 8}), keep_gists=True)
+
+
+# ------------------------------------------- every compressor: one equivalence test, the same pitfalls
+def reader(base: Path, compressor: str, k: int = 4, t: int = 0, **extra: object) -> GistReranker:
+    gist = GistConfig(num_gist=k, keep_item_prefix=t, compressor=compressor, dtype="float32", **extra)
+    return GistReranker.from_pretrained(base, gist, device="cpu")
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("t", [0, 5])
+@pytest.mark.parametrize("rule", ["head", "query_likelihood"])
+def test_every_compressor_equals_its_reference_forward(
+    tiny_bases: dict[str, Path], compressor: str, arch: str, t: int, rule: str
+) -> None:
+    """Items of mixed length in two batches (one shorter than t + k: padded columns), both score rules."""
+    model = reader(tiny_bases[arch], compressor, t=t, score_rule=rule, **template_for(rule))
+    kvs = model.compress(ITEMS, batch_size=3)
+    assert {(kv.compressor, kv.budget) for kv in kvs} == {(compressor, 4)}
+    assert any(kv.positions < t + 4 for kv in kvs) or compressor == "gist"
+    assert_scores_equal(model.score(QUERY, kvs), model.reference_scores(QUERY, ITEMS))
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+@pytest.mark.parametrize("k", [1, 16])
+def test_every_compressor_equals_its_reference_at_any_budget(
+    tiny_base: Path, compressor: str, k: int
+) -> None:
+    model = reader(tiny_base, compressor, k=k)
+    assert_scores_equal(model.score(QUERY, model.compress(ITEMS)), model.reference_scores(QUERY, ITEMS))
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_every_compressor_holds_for_truncated_items(tiny_base: Path, compressor: str) -> None:
+    model = reader(tiny_base, compressor, t=3, max_item_tokens=24)
+    kvs = model.compress(ITEMS)
+    assert [kv.truncated for kv in kvs] == [True, False, True, True]
+    assert_scores_equal(model.score(QUERY, kvs), model.reference_scores(QUERY, ITEMS))
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+@pytest.mark.parametrize("shift", ["from zero", -1, 1])
+def test_every_compressor_breaks_when_query_positions_move(
+    tiny_base: Path, monkeypatch: pytest.MonkeyPatch, compressor: str, shift: str | int
+) -> None:
+    """RoPE pitfall: numbering the query from 0 (what a framework does once the item is gone), or one
+    off, silently changes every score. The stored query start is what keeps them exact."""
+    model = reader(tiny_base, compressor)
+    kvs = model.compress(ITEMS)
+    expected = model.reference_scores(QUERY, ITEMS)
+    real = layout.online_positions
+    moved = (lambda s: torch.zeros_like(s)) if shift == "from zero" else (lambda s: s + shift)
+    monkeypatch.setattr(layout, "online_positions", lambda start, n: real(moved(start), n))
+    assert not torch.allclose(model.score(QUERY, kvs), expected, rtol=1e-3)
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_every_compressor_keeps_pad_slots_masked(
+    tiny_base: Path, monkeypatch: pytest.MonkeyPatch, compressor: str
+) -> None:
+    """Rows with fewer stored columns than the batch's longest carry pad slots online; a mask that lets
+    the query see them breaks exactly those rows."""
+    model = reader(tiny_base, compressor, t=12)
+    kvs = model.compress(ITEMS)
+    reference = model.reference_scores(QUERY, ITEMS)
+    assert_scores_equal(model.score(QUERY, kvs), reference)
+    real_mask = layout.online_mask
+    monkeypatch.setattr(
+        layout,
+        "online_mask",
+        lambda lens, slots, tails, k, q: real_mask(
+            torch.full_like(lens, slots), slots, torch.full_like(tails, k), k, q
+        ),
+    )
+    wrong = model.score(QUERY, kvs)
+    padded = [i for i, kv in enumerate(kvs) if kv.positions < max(x.positions for x in kvs)]
+    assert padded
+    assert float((wrong[padded] - reference[padded]).abs().max()) > 1e-3 * float(reference.abs().max())
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_every_compressor_runs_only_the_query_online(tiny_base: Path, compressor: str) -> None:
+    """No item token and no placeholder position reaches the online forward."""
+    model = reader(tiny_base, compressor, t=2)
+    kvs = model.compress(ITEMS)
+    seen: list[tuple[int, ...]] = []
+    hook = model.lm.get_decoder().register_forward_pre_hook(
+        lambda _mod, _args, kwargs: seen.append(tuple(kwargs["inputs_embeds"].shape)), with_kwargs=True
+    )
+    try:
+        model.score(QUERY, kvs)
+    finally:
+        hook.remove()
+    assert seen == [(len(ITEMS), model.tail_length(QUERY), model.lm.config.hidden_size)]
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_every_compressor_is_batch_independent(tiny_base: Path, compressor: str) -> None:
+    model = reader(tiny_base, compressor, t=2)
+    batched = model.compress(ITEMS)
+    for item, b in zip(ITEMS, batched, strict=True):
+        (alone,) = model.compress([item])
+        assert (alone.item_tokens, alone.query_start, alone.prefix_tokens) == (
+            b.item_tokens,
+            b.query_start,
+            b.prefix_tokens,
+        )
+        torch.testing.assert_close(alone.kv, b.kv, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_a_unit_says_what_it_holds_and_a_reader_of_another_layout_refuses_it(
+    tiny_base: Path, compressor: str
+) -> None:
+    """The unit names its compressor, budget and query start; a unit whose fields disagree with the
+    reader's (same fingerprint, so only these fields can catch it) is refused, never misread."""
+    model = reader(tiny_base, compressor)
+    (kv,) = model.compress(ITEMS[:1])
+    kind = COMPRESSORS[compressor]
+    assert (kv.compressor, kv.budget) == (compressor, 4)
+    assert kv.query_start == kind.query_start(4, kv.item_tokens, kv.prefix_tokens)
+    others = [name for name in COMPRESSORS if name != compressor]
+    for wrong in [
+        dataclasses.replace(kv, compressor=others[0]),
+        dataclasses.replace(kv, budget=5),
+        dataclasses.replace(kv, query_start=kv.query_start + 1),
+    ]:
+        with pytest.raises(KVFormatError):
+            model.check_kv([wrong])
+
+
+def test_the_config_knows_exactly_the_registered_compressors() -> None:
+    for name in COMPRESSORS:
+        assert GistConfig(compressor=name).compressor == name
+    with pytest.raises(ValueError, match="unknown compressor 'bogus'; known: gist, select, prefix"):
+        GistConfig(compressor="bogus")

@@ -168,5 +168,5 @@ def test_removed_config_fields_migrate_at_their_old_default(checkpoint: Path, tm
             loaded = GistReranker.from_pretrained(copy, device="cpu")
             assert loaded.fingerprint == meta["fingerprint"]
         else:
-            with pytest.raises(ValueError, match=r"gist_read_bias.*experiments-archive"):
+            with pytest.raises(ValueError, match=r"gist_read_bias.*commit faba5cc"):
                 GistReranker.from_pretrained(copy, device="cpu")

@@ -127,13 +127,10 @@ def test_metadata_round_trips(kvs: list[GistKV], tiny_model: GistReranker) -> No
         assert decoded.content_hash == CONTENT_HASH
         assert decoded.storage_dtype == storage
         got = decoded.kv
-        assert (got.fingerprint, got.item_tokens, got.gist_start, got.truncated) == (
-            kv.fingerprint,
-            kv.item_tokens,
-            kv.item_tokens,
-            True,
-        )
-        assert got.num_gist == tiny_model.gist.num_gist == 4
+        fields = ("fingerprint", "compressor", "budget", "item_tokens", "query_start", "prefix_tokens")
+        assert [getattr(got, f) for f in fields] == [getattr(kv, f) for f in fields]
+        assert got.truncated and got.query_start == kv.item_tokens + 4 and got.compressor == "gist"
+        assert got.tail_slots == tiny_model.gist.num_gist == 4
         assert tuple(got.kv.shape) == tuple(kv.kv.shape)
 
 
@@ -147,7 +144,7 @@ def test_hybrid_prefix_round_trips(tiny_base: Path, storage: str) -> None:
     assert len({kv.prefix_tokens for kv in kvs}) > 1
     decoded = [decode(encode(kv, CONTENT_HASH, storage), model.fingerprint).kv for kv in kvs]
     assert [d.prefix_tokens for d in decoded] == [kv.prefix_tokens for kv in kvs]
-    assert all(d.num_gist == 4 for d in decoded)
+    assert all(d.tail_slots == 4 for d in decoded)
     tolerance = 0.05 if storage in ("int8", "bfloat16") else 1e-3
     torch.testing.assert_close(
         model.score(QUERY, decoded), model.score(QUERY, kvs), rtol=tolerance, atol=tolerance
@@ -174,7 +171,7 @@ def test_decoded_tensor_owns_its_memory(blob: bytes) -> None:
 def test_fp16_blob_is_the_formula_plus_a_small_overhead(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
     kv = kvs[0]
     formula = kv_nbytes_formula(
-        tiny_model.num_layers, kv.num_gist, tiny_model.num_kv_heads, tiny_model.head_dim, 2
+        tiny_model.num_layers, kv.positions, tiny_model.num_kv_heads, tiny_model.head_dim, 2
     )
     assert formula == kv.nbytes // 2  # fp32 K/V in the tiny model
     overhead = len(encode(kv, CONTENT_HASH, "float16")) - formula
@@ -183,7 +180,7 @@ def test_fp16_blob_is_the_formula_plus_a_small_overhead(tiny_model: GistReranker
 
 def test_int8_blob_size(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
     kv = kvs[0]
-    layers, heads, k, h = tiny_model.num_layers, tiny_model.num_kv_heads, kv.num_gist, tiny_model.head_dim
+    layers, heads, k, h = tiny_model.num_layers, tiny_model.num_kv_heads, kv.positions, tiny_model.head_dim
     data = kv_nbytes_formula(layers, k, heads, h, 1) + 4 * layers * heads * (h + k)  # int8 + fp32 scales
     assert 0 < len(encode(kv, CONTENT_HASH, "int8")) - data <= 768
     assert payload_nbytes(layers, k, heads, h, "int8") == data
@@ -261,6 +258,20 @@ def test_other_version_is_refused(blob: bytes) -> None:
     assert info.value.version == FORMAT_VERSION + 1
 
 
+def test_a_blob_of_the_previous_release_is_refused_with_what_to_do(tiny_model: GistReranker) -> None:
+    """Format 2 (written by the release before units named their compressor; the fixture is a real
+    blob of `tiny_model`, encoded by that release) is refused, never guessed: the message says that
+    serving recomputes the row and how to rewrite the store. `read_kv` raises the same `KVBlobError`,
+    which every caller treats as a cache miss."""
+    old = (Path(__file__).parent / "data" / "kv-format2-tiny-llama-k4.blob").read_bytes()
+    assert old[:4] == b"GRKV" and int.from_bytes(old[4:6], "little") == 2
+    assert payload_parts(old)[1]["fingerprint"] == tiny_model.fingerprint  # the same model, only older
+    with pytest.raises(UnsupportedVersionError, match=r"version 2; .*recomputes.*gistrank materialize"):
+        decode(old, expected_fingerprint=tiny_model.fingerprint)
+    with pytest.raises(KVBlobError):
+        tiny_model.read_kv(old)
+
+
 def test_foreign_fingerprint_is_refused(tiny_base: Path, tiny_model: GistReranker) -> None:
     other = GistReranker.from_pretrained(
         tiny_base, GistConfig(num_gist=4, max_item_tokens=512, dtype="float32"), device="cpu"
@@ -293,13 +304,19 @@ def _tampered(
         {"fingerprint": ""},
         {"content_hash": None},
         {"extra": "1"},
-        {"num_gist": "5"},
+        {"tail_slots": "5"},
+        {"tail_slots": None},
+        {"compressor": "bogus"},
+        {"compressor": "prefix"},  # a gist unit read as prefix: query start and columns disagree
+        {"budget": "5"},
+        {"budget": "0"},
+        {"query_start": "0"},
         {"num_layers": "0"},
         {"head_dim": "+16"},
         {"head_dim": "016"},
         {"item_tokens": "-1"},
         {"item_tokens": "1e3"},
-        {"gist_start": "0"},
+        {"item_tokens": "0"},
         {"truncated": "yes"},
         {"storage_dtype": "bfloat16"},
         {"storage_dtype": "float64"},
@@ -323,7 +340,7 @@ def test_bad_tensors_with_valid_checksum_are_refused(kvs: list[GistKV], blob: by
         _tampered(blob, tensors={"kv": tensors["kv"].float()}),  # dtype disagrees with storage_dtype
         _tampered(
             blob, tensors={"kv": tensors["kv"][:, :, :, :3].contiguous()}
-        ),  # shape disagrees with num_gist
+        ),  # shape disagrees with tail_slots
         _tampered(blob, tensors={**tensors, "extra": torch.zeros(1)}),
         _tampered(int8, tensors={**q, "kv": torch.full_like(q["kv"], -128)}),
         _tampered(int8, tensors={**q, "k_scale": torch.zeros_like(q["k_scale"])}),
@@ -395,7 +412,9 @@ _META_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 @FUZZ
 @given(
     st.dictionaries(
-        st.sampled_from(["num_gist", "item_tokens", "gist_start", "truncated", "storage_dtype", "version"])
+        st.sampled_from(
+            ["tail_slots", "item_tokens", "query_start", "budget", "compressor", "truncated", "version"]
+        )
         | _META_TEXT,
         _META_TEXT | st.integers(-2, 40).map(str),
         max_size=6,

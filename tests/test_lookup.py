@@ -4,6 +4,7 @@ the outage) and a real SQLite catalog. Serving never writes the store: every tes
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -29,7 +30,8 @@ def row_for(model, catalog: Catalog, item_id: str, kv: GistKV | None = None) -> 
 # ------------------------------------------------------------------------------------------------ L1
 def fake_kv(nbytes: int, tag: str = "x") -> GistKV:
     assert nbytes % 8 == 0  # K and V of fp32 channels: 8 bytes per channel
-    return GistKV(kv=torch.zeros(1, 2, 1, 1, nbytes // 8), fingerprint=tag, item_tokens=1)
+    kv = torch.zeros(1, 2, 1, 1, nbytes // 8)
+    return GistKV(kv, fingerprint=tag, compressor="prefix", budget=1, item_tokens=1, query_start=1)
 
 
 def test_l1_is_bounded_in_bytes_and_evicts_least_recently_used() -> None:
@@ -128,7 +130,7 @@ def test_feast_hit_is_decoded_and_cached_in_l1(tiny_model, catalog, feast_store)
 
 
 def _foreign_kv(kv: GistKV) -> GistKV:
-    return GistKV(kv=kv.kv, fingerprint="0" * 32, item_tokens=kv.item_tokens)
+    return dataclasses.replace(kv, fingerprint="0" * 32)
 
 
 @pytest.mark.parametrize(
@@ -157,9 +159,9 @@ def test_unusable_feast_rows_are_recomputed_and_counted(
         row = GistRow(**{**good.__dict__, "kv": good.kv[:-10]})
     elif damage == "not_a_blob":
         row = GistRow(**{**good.__dict__, "kv": b"\x80\x04pickle?"})
-    else:  # intact blob of this fingerprint whose K/V does not fit the model (k differs)
-        cut = GistKV(
-            kv=kv.kv[:, :, :, :2].contiguous(), fingerprint=kv.fingerprint, item_tokens=kv.item_tokens
+    else:  # intact, self-consistent blob of this fingerprint whose K/V does not fit the model (k differs)
+        cut = dataclasses.replace(
+            kv, kv=kv.kv[:, :, :, :2].contiguous(), budget=2, query_start=kv.item_tokens + 2
         )
         row = GistRow(**{**good.__dict__, "kv": kv_codec.encode(cut, good.content_hash)})
     # the damaged row has the catalog's version: the refresh request at that version too must make the

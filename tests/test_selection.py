@@ -1,4 +1,4 @@
-"""Training-free K/V selection (reranker/core/selection.py): the online path equals the full-context
+"""Training-free K/V selection (reranker/core/compressors/select.py): the online path equals the full-context
 forward in which every layer's and head's query reads only the kept columns, and the pitfalls break it."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import torch
 from helpers import ITEMS, QUERY
 
 from reranker import GistConfig, GistReranker
-from reranker.core import kv_codec, layout
-from reranker.core.config import template_for
-from reranker.core.selection import (
+from reranker.core import kv_codec
+from reranker.core.compressors.select import (
     _kept,
     eager_attention,
     observation_suffix,
@@ -35,21 +34,6 @@ def reference(model: GistReranker, items: list[str]) -> torch.Tensor:
 
 def assert_close(online: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(online, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
-
-
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-@pytest.mark.parametrize("t", [0, 5])
-@pytest.mark.parametrize("rule", ["head", "query_likelihood"])
-def test_online_score_equals_the_per_head_masked_full_forward(
-    tiny_bases: dict[str, Path], arch: str, t: int, rule: str
-) -> None:
-    """Items of mixed length in one batch (one shorter than t + k keeps all its tokens)."""
-    extra = {"score_rule": rule, **template_for(rule)}
-    model = select_model(tiny_bases[arch], k=4, t=t, **extra)
-    kvs = model.compress(ITEMS, batch_size=3)
-    lens = [kv.item_tokens for kv in kvs]
-    assert [kv.kv.shape[3] for kv in kvs] == [min(j, t + 4) for j in lens]
-    assert_close(model.score(QUERY, kvs), reference(model, ITEMS))
 
 
 def test_heads_and_layers_keep_their_own_columns(tiny_base: Path) -> None:
@@ -91,21 +75,6 @@ def test_kept_columns_are_those_the_observation_rows_attend_to_most(
             mass = mass.view(model.num_kv_heads, group, -1).sum(1)[:, p:j]
             expected.append(_kept(mass, 4, model.gist.select_pool) + p)
         assert torch.equal(cols, torch.stack(expected))
-
-
-@pytest.mark.parametrize("shift", [-1, 1])
-def test_query_positions_off_by_one_break_it(
-    tiny_base: Path, monkeypatch: pytest.MonkeyPatch, shift: int
-) -> None:
-    """The query starts at j (the item's end), not at j + k as after gists, nor one off."""
-    model = select_model(tiny_base)
-    kvs = model.compress(ITEMS)
-    expected = reference(model, ITEMS)
-    real = layout.online_positions
-    monkeypatch.setattr(layout, "online_positions", lambda start, n: real(start + shift, n))
-    assert not torch.allclose(model.score(QUERY, kvs), expected, rtol=1e-3)
-    monkeypatch.setattr(layout, "online_positions", lambda start, n: real(start + 4, n))  # gist numbering
-    assert not torch.allclose(model.score(QUERY, kvs), expected, rtol=1e-3)
 
 
 def test_a_budget_that_keeps_every_token_is_the_full_context_model(tiny_base: Path, tmp_path: Path) -> None:
@@ -263,38 +232,35 @@ def test_a_reference_can_read_a_base_zero_shot_by_likelihood(tiny_base: Path) ->
 @pytest.mark.parametrize("compressor", ["select", "prefix"])
 @pytest.mark.parametrize("t", [0, 5])
 def test_one_pass_serves_every_budget(tiny_base: Path, compressor: str, t: int) -> None:
-    """`compress_budgets` gives, for each k, exactly what the model set up at that k compresses (same
-    tensors up to fp32 rounding — a prefix forward over more tokens sums in another order —, same
-    fingerprint, short items kept whole), from one forward over the items."""
+    """A training-free compressor gives, for each k, exactly what the reader set up at that k compresses
+    (same tensors up to fp32 rounding — a prefix forward over more tokens sums in another order —,
+    short items kept whole), from one forward over the items."""
     model = GistReranker.from_pretrained(
         tiny_base,
         GistConfig(num_gist=4, keep_item_prefix=t, compressor=compressor, dtype="float32"),
         device="cpu",
     )
     budgets = [2, 4, 9]
-    many = model.compress_budgets(ITEMS, budgets, batch_size=3)
-    assert sorted(many) == budgets
+    item_ids = model.item_ids(ITEMS)[0]
+    many = model.compressor.compress(model, item_ids, budgets)
     for k in budgets:
-        alone_model = (
-            model if k == 4 else model.with_gist_config(model.gist.model_copy(update={"num_gist": k}))
-        )
-        alone = alone_model.compress(ITEMS, batch_size=3)
-        for got, want in zip(many[k], alone, strict=True):
-            assert got.fingerprint == want.fingerprint == alone_model.fingerprint
-            assert (got.item_tokens, got.prefix_tokens, got.truncated) == (
-                want.item_tokens,
+        at_k = model.with_gist_config(model.gist.model_copy(update={"num_gist": k}))
+        alone = at_k.compress(ITEMS, batch_size=3)
+        units = [at_k.stored_unit(per_k[k], len(ids)) for per_k, ids in zip(many, item_ids, strict=True)]
+        for got, want in zip(units, alone, strict=True):
+            assert (got.fingerprint, got.query_start, got.prefix_tokens) == (
+                want.fingerprint,
+                want.query_start,
                 want.prefix_tokens,
-                want.truncated,
             )
             torch.testing.assert_close(got.kv, want.kv, rtol=1e-5, atol=1e-5)
             # stored K/V carries no autograd graph (one would hold the whole forward's activations)
             assert got.kv.grad_fn is None and not got.kv.requires_grad
-        alone_model.check_kv(many[k])
-    assert model.at_budget(9) is model.at_budget(9) and model.at_budget(4) is model
-    assert model.at_budget(9).fingerprint == many[9][0].fingerprint
+        at_k.check_kv(units)
 
 
 def test_trained_gists_have_one_budget(tiny_model: GistReranker) -> None:
-    assert tiny_model.compress_budgets(ITEMS[:1], [4])[4][0].num_gist == 4
+    ids = tiny_model.item_ids(ITEMS[:1])[0]
+    assert tiny_model.compressor.compress(tiny_model, ids, [4])[0][4].shape[3] == 4
     with pytest.raises(ValueError, match="trained gists have k=4"):
-        tiny_model.compress_budgets(ITEMS[:1], [2, 4])
+        tiny_model.compressor.compress(tiny_model, ids, [2, 4])

@@ -7,6 +7,7 @@ stops Redis and starts it again; the last test stops the server with SIGTERM."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -29,7 +30,6 @@ from typer.testing import CliRunner
 
 from reranker import GistConfig, GistReranker
 from reranker.core import kv_codec
-from reranker.core.kv import GistKV
 from reranker.core.render import render_item
 from reranker.serving.cli import rerank
 from reranker.serving.client import RerankClient, RerankError
@@ -286,13 +286,8 @@ def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
     ids = fresh_ids(5)
     kvs = dict(zip(ids, model.compress(texts(catalog, ids)), strict=True))
     # K/V that would change the score a lot if it were used
-    noise = {
-        i: GistKV(kv=kv.kv * -3.0 + 1.0, fingerprint=kv.fingerprint, item_tokens=kv.item_tokens)
-        for i, kv in kvs.items()
-    }
-    foreign = {
-        i: GistKV(kv=kv.kv, fingerprint="f" * 32, item_tokens=kv.item_tokens) for i, kv in noise.items()
-    }
+    noise = {i: dataclasses.replace(kv, kv=kv.kv * -3.0 + 1.0) for i, kv in kvs.items()}
+    foreign = {i: dataclasses.replace(kv, fingerprint="f" * 32) for i, kv in noise.items()}
     a, b, c, d, e = ids
     good_blob = kv_codec.encode(noise[c], "x")
     flipped = bytearray(good_blob)

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DType = Literal["float32", "bfloat16", "float16"]
 ScoreRule = Literal["head", "query_likelihood"]
-Compressor = Literal["gist", "select", "prefix"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
@@ -44,18 +43,24 @@ class GistConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    num_gist: int = Field(8, ge=1, le=256, description="k: gist tokens per item")
+    num_gist: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="k: the budget, stored positions per item after the prefix (gist tokens, "
+        "selected columns or prefix tokens, as the compressor says)",
+    )
     max_item_tokens: int = Field(
         1024, ge=1, description="item tokens kept (BOS included); longer items truncate"
     )
     keep_item_prefix: int = Field(
         0, ge=0, description="t: first item tokens kept as raw K/V beside the gists (0 = pure gisting)"
     )
-    compressor: Compressor = Field(
+    compressor: str = Field(
         "gist",
-        description="what the k stored positions are: 'gist' = the K/V of k learned gist tokens after the "
-        "item; 'select' = per layer and KV head, the K/V of the k item positions an observation window "
-        "attends to most (no training; reranker/core/selection.py); 'prefix' = the K/V of the item's "
+        description="what the k stored positions are (reranker/core/compressors/): 'gist' = the K/V of k "
+        "learned gist tokens after the item; 'select' = per layer and KV head, the K/V of the k item "
+        "positions an observation window attends to most (no training); 'prefix' = the K/V of the item's "
         "first t + k tokens, read as if the item ended there (plain prefix caching at the same budget)",
     )
     select_window: int = Field(16, ge=0, description="select: the item's last tokens that observe it")
@@ -79,6 +84,13 @@ class GistConfig(BaseModel):
         description="how the query is written after the gists; must contain {query}",
     )
 
+    @field_validator("compressor")
+    @classmethod
+    def _known_compressor(cls, name: str) -> str:
+        from reranker.core.compressors import compressor_for  # the registry imports the model's modules
+
+        return compressor_for(name).name
+
     def model_post_init(self, _context: object) -> None:
         if "{query}" not in self.query_template:
             raise ValueError("query_template must contain '{query}'")
@@ -91,6 +103,11 @@ class GistConfig(BaseModel):
                 f"keep_item_prefix={self.keep_item_prefix} must be below "
                 f"max_item_tokens={self.max_item_tokens}"
             )
+
+    @property
+    def slot_layout(self) -> tuple[int, int]:
+        """(k, t): the shape of learned gists — trained gists are only read back under the same one."""
+        return self.num_gist, self.keep_item_prefix
 
     @property
     def query_reading(self) -> dict[str, str]:

@@ -1,9 +1,11 @@
-"""`GistKV`: the per-item unit of the cache — what `compress` produces and `score` consumes.
+"""`GistKV`: the stored unit, one per item — what `compress` produces, the store keeps and `score` reads.
 
-Layout of `kv`: `(L, 2, H_kv, p + k, h)` — for every layer, K (index 0) and V (index 1) of the item's
-first `p = prefix_tokens` tokens (hybrid `keep_item_prefix`; 0 for pure gisting) followed by the `k`
-gist positions, keys already rotated by RoPE at their training positions `0 … p-1` and
-`item_tokens … item_tokens+k-1`. Bytes per item = `2·L·(p + k)·H_kv·h·b` (DESIGN §4).
+It says what it holds: `kv` is `(L, 2, H_kv, p + s, h)` — for every layer, K (index 0) and V (index 1)
+of the item's first `p = prefix_tokens` tokens (the hybrid prefix; 0 without one) followed by `s`
+columns that `compressor` produced under budget `budget` (k): learned gists, selected item columns or
+the next item tokens (`reranker/core/compressors/`). Keys are rotated by RoPE at the positions they
+had when compressed, and `query_start` is where the query's first token sits relative to them, so a
+reader never has to guess the layout. Bytes per item = `2·L·(p + s)·H_kv·h·b` (DESIGN §4).
 """
 
 from __future__ import annotations
@@ -15,24 +17,28 @@ import torch
 
 @dataclass(frozen=True)
 class GistKV:
-    kv: torch.Tensor  # (L, 2, H_kv, p + k, h)
+    kv: torch.Tensor  # (L, 2, H_kv, p + s, h)
     fingerprint: str  # model that produced it; any other model must refuse it
-    item_tokens: int  # j, after truncation; the gists were at positions j … j+k-1
+    compressor: str  # what the s columns after the prefix are: "gist", "select", "prefix", …
+    budget: int  # k the compressor was given (s ≤ k: a short item may leave fewer columns)
+    item_tokens: int  # j, after truncation
+    query_start: int  # position id of the query's first token
+    prefix_tokens: int = 0  # p raw item tokens first (positions 0 … p-1)
     truncated: bool = False  # the item text was longer than max_item_tokens
-    prefix_tokens: int = 0  # p raw item tokens kept in front of the gists (positions 0 … p-1)
 
     @property
     def num_layers(self) -> int:
         return self.kv.shape[0]
 
     @property
-    def num_gist(self) -> int:
-        return self.kv.shape[3] - self.prefix_tokens
+    def positions(self) -> int:
+        """Stored positions p + s."""
+        return self.kv.shape[3]
 
     @property
-    def gist_start(self) -> int:
-        """Position id of the first gist; the query starts at `gist_start + num_gist`."""
-        return self.item_tokens
+    def tail_slots(self) -> int:
+        """s: stored columns after the prefix."""
+        return self.positions - self.prefix_tokens
 
     @property
     def dtype(self) -> torch.dtype:

@@ -22,17 +22,24 @@ every structural check below.
 Payload metadata (safetensors string metadata; every key required, no others allowed)::
 
     format="gistrank-kv"  version  fingerprint  content_hash
-    num_layers  num_kv_heads  num_gist  head_dim           (L, H_kv, k, h: must match the tensors)
-    item_tokens  gist_start  truncated                      (position data; gist_start == item_tokens)
-    prefix_tokens                                           (p raw item tokens kept before the gists)
+    compressor  budget                                      (what the columns are: gist/select/prefix, k)
+    num_layers  num_kv_heads  tail_slots  head_dim          (L, H_kv, s, h: must match the tensors)
+    item_tokens  prefix_tokens  query_start  truncated      (position data: j, p, the query's first id)
     storage_dtype  source_dtype                             (how it is stored / what it was encoded from)
+
+The compressor must be a known one, and `tail_slots` and `query_start` must be what it gives for
+(budget, j, p): a blob cannot describe a layout its reader would misplace the query in.
+Version history: 1 gists only; 2 added prefix_tokens; 3 (this) names the compressor, budget and query
+start. Older blobs are refused with `UnsupportedVersionError`, whose message says to rewrite them: the
+store is derived data, a serving replica recomputes such a row on read, and `gistrank materialize`
+rewrites the whole catalog.
 
 Payload tensors:
 
-* float32 / float16 / bfloat16: ``kv`` (L, 2, H_kv, p + k, h) in that dtype — the K/V cast once, so decoding
+* float32 / float16 / bfloat16: ``kv`` (L, 2, H_kv, p + s, h) in that dtype — the K/V cast once, so decoding
   gives back exactly `kv.to(storage_dtype)`.
-* int8: ``kv`` int8 (L, 2, H_kv, p + k, h) in [-127, 127] with float32 scales ``k_scale`` (L, H_kv, 1, h)
-  and ``v_scale`` (L, H_kv, p + k, 1). Symmetric absmax quantisation: x̂ = q·s with s = max|x| / 127 over the
+* int8: ``kv`` int8 (L, 2, H_kv, p + s, h) in [-127, 127] with float32 scales ``k_scale`` (L, H_kv, 1, h)
+  and ``v_scale`` (L, H_kv, p + s, 1). Symmetric absmax quantisation: x̂ = q·s with s = max|x| / 127 over the
   group. Keys are grouped per channel (over the p + k positions) because RoPE-rotated keys carry a few
   outlier channels that would swamp a per-token scale; values have no such channels and are grouped
   per token (over the h channels), which needs k/h as many scales (KIVI, Liu et al. 2024). Error
@@ -60,11 +67,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
+from reranker.core.compressors import compressor_for
 from reranker.core.errors import FingerprintMismatchError, GistRankError
 from reranker.core.kv import GistKV
 
 MAGIC = b"GRKV"
-FORMAT_VERSION = 2  # 2: prefix_tokens (hybrid keep_item_prefix)
+FORMAT_VERSION = 3  # 2: prefix_tokens; 3: compressor, budget, query_start (module docstring)
 FORMAT_NAME = "gistrank-kv"
 _PREFIX = struct.Struct("<4sHQ")  # magic, frame version, payload length
 _DIGEST_SIZE = 16
@@ -84,13 +92,15 @@ _META_KEYS = frozenset(
         "version",
         "fingerprint",
         "content_hash",
+        "compressor",
+        "budget",
         "num_layers",
         "num_kv_heads",
-        "num_gist",
+        "tail_slots",
         "head_dim",
         "item_tokens",
-        "gist_start",
         "prefix_tokens",
+        "query_start",
         "truncated",
         "storage_dtype",
         "source_dtype",
@@ -120,7 +130,15 @@ class UnsupportedVersionError(KVBlobError):
     """A blob written by another version of this codec."""
 
     def __init__(self, version: int) -> None:
-        super().__init__(f"K/V blob format version {version}; this codec reads version {FORMAT_VERSION}")
+        hint = (
+            "; it predates the stored unit naming its compressor: serving recomputes such rows on read, "
+            "`gistrank materialize` rewrites the catalog"
+            if version < FORMAT_VERSION
+            else ""
+        )
+        super().__init__(
+            f"K/V blob format version {version}; this codec reads version {FORMAT_VERSION}{hint}"
+        )
         self.version = version
 
 
@@ -199,13 +217,12 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
         raise ValueError(f"storage_dtype {storage!r} is not one of {list(STORAGE_DTYPES)}")
     shape = tuple(kv.kv.shape)
     if len(shape) != 5 or shape[1] != 2 or min(shape) < 1:
-        raise ValueError(f"K/V shape {shape} is not (L, 2, H_kv, p + k, h)")
-    if not 0 <= kv.prefix_tokens < shape[3]:
-        raise ValueError(f"prefix_tokens={kv.prefix_tokens} leaves no gist in {shape[3]} positions")
+        raise ValueError(f"K/V shape {shape} is not (L, 2, H_kv, p + s, h)")
     if not kv.fingerprint or not content_hash:
         raise ValueError("fingerprint and content_hash must be non-empty")
-    if kv.item_tokens < 0:
-        raise ValueError(f"item_tokens={kv.item_tokens} is negative")
+    _check_layout(
+        kv.compressor, kv.budget, kv.item_tokens, kv.prefix_tokens, shape[3], kv.query_start, ValueError
+    )
 
     tensor = kv.kv.detach().cpu()
     if storage == "int8":
@@ -224,13 +241,15 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
         "version": str(FORMAT_VERSION),
         "fingerprint": kv.fingerprint,
         "content_hash": content_hash,
+        "compressor": kv.compressor,
+        "budget": str(kv.budget),
         "num_layers": str(num_layers),
         "num_kv_heads": str(num_kv_heads),
-        "num_gist": str(positions - kv.prefix_tokens),
+        "tail_slots": str(positions - kv.prefix_tokens),
         "head_dim": str(head_dim),
         "item_tokens": str(kv.item_tokens),
-        "gist_start": str(kv.gist_start),
         "prefix_tokens": str(kv.prefix_tokens),
+        "query_start": str(kv.query_start),
         "truncated": "true" if kv.truncated else "false",
         "storage_dtype": storage,
         "source_dtype": source,
@@ -238,6 +257,30 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
     payload = save(tensors, metadata=metadata)
     prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(payload))
     return prefix + _digest(prefix, payload) + payload
+
+
+def _check_layout(
+    compressor: str,
+    budget: int,
+    item_tokens: int,
+    prefix_tokens: int,
+    positions: int,
+    query_start: int,
+    error: type[Exception],
+) -> None:
+    """Raise `error` unless the unit's columns and query start are what `compressor` gives for it."""
+    try:
+        kind = compressor_for(compressor)
+    except ValueError as e:
+        raise error(str(e)) from None
+    if budget < 1 or item_tokens < 1 or not 0 <= prefix_tokens <= min(item_tokens, positions):
+        raise error(f"budget={budget}, item_tokens={item_tokens}, prefix_tokens={prefix_tokens} inconsistent")
+    tail = kind.tail_slots(budget, item_tokens, prefix_tokens)
+    if positions != prefix_tokens + tail:
+        raise error(f"{positions} positions; {compressor} k={budget} stores p + s = {prefix_tokens + tail}")
+    start = kind.query_start(budget, item_tokens, prefix_tokens)
+    if query_start != start:
+        raise error(f"query_start={query_start}; {compressor} k={budget} puts the query at {start}")
 
 
 # ---------------------------------------------------------------------------------------------- decode
@@ -336,15 +379,14 @@ def decode(
     if expected_fingerprint is not None and meta["fingerprint"] != expected_fingerprint:
         raise ForeignFingerprintError(expected_fingerprint, meta["fingerprint"])
 
-    dims = tuple(_uint(meta, key, 1) for key in ("num_layers", "num_kv_heads", "num_gist", "head_dim"))
-    num_layers, num_kv_heads, num_gist, head_dim = dims
-    item_tokens = _uint(meta, "item_tokens", 0)
-    if _uint(meta, "gist_start", 0) != item_tokens:
-        raise BlobMetadataError(f"gist_start={meta['gist_start']} is not item_tokens={item_tokens}")
-    prefix_tokens = _uint(meta, "prefix_tokens", 0)
-    if prefix_tokens > item_tokens:
-        raise BlobMetadataError(f"prefix_tokens={prefix_tokens} exceeds item_tokens={item_tokens}")
-    positions = prefix_tokens + num_gist
+    dims = tuple(_uint(meta, key, 1) for key in ("num_layers", "num_kv_heads", "head_dim"))
+    num_layers, num_kv_heads, head_dim = dims
+    item_tokens, prefix_tokens = _uint(meta, "item_tokens", 1), _uint(meta, "prefix_tokens", 0)
+    positions = prefix_tokens + _uint(meta, "tail_slots", 0)
+    budget, query_start = _uint(meta, "budget", 1), _uint(meta, "query_start", 0)
+    _check_layout(
+        meta["compressor"], budget, item_tokens, prefix_tokens, positions, query_start, BlobMetadataError
+    )
     if meta["truncated"] not in ("true", "false"):
         raise BlobMetadataError(f"metadata truncated={meta['truncated']!r} is not true/false")
     storage, source = meta["storage_dtype"], meta["source_dtype"]
@@ -387,8 +429,11 @@ def decode(
     gist_kv = GistKV(
         kv=x.to(out_dtype, copy=True),
         fingerprint=meta["fingerprint"],
+        compressor=meta["compressor"],
+        budget=budget,
         item_tokens=item_tokens,
-        truncated=meta["truncated"] == "true",
+        query_start=query_start,
         prefix_tokens=prefix_tokens,
+        truncated=meta["truncated"] == "true",
     )
     return DecodedKV(kv=gist_kv, content_hash=meta["content_hash"], storage_dtype=storage)

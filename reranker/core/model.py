@@ -1,4 +1,8 @@
-"""GistReranker: a decoder-only RoPE LM (Llama, Qwen2, …) turned into a gist-compressed cross-encoder.
+"""GistReranker: a decoder-only RoPE LM (Llama, Qwen2, …) read as a cross-encoder over stored K/V.
+
+One reader = body + score rule + compressor. The compressor (`reranker/core/compressors/`) says what an
+item's fixed budget of stored positions holds — its prefix, selected columns or learned gists — where
+the query starts and which full forward the online path must equal; this module runs the forwards.
 
 Parameters added to the base LM (all in `gist.safetensors` of a checkpoint):
     gist_embeddings  (k, D)  k distinct learned inputs appended after the item
@@ -10,18 +14,17 @@ plus, when trained with `add_lora`, LoRA adapters on the body (`adapter/` of a c
 Loading, saving, LoRA, the fingerprint and the compute dtype: `weights.py`.
 
 The inference forwards (sequence layouts, masks and position ids in `layout.py`):
-    compress(items)            item + gists, keep per-layer (prefix +) gist K/V → list[GistKV]
-                               (compressor "select": kept item columns, selection.py; "prefix": the
-                               item's first t + k tokens)
+    compress(items)            the compressor's stored unit per item           → list[GistKV]
     score(query, kvs)          query (+ score token) against injected K/V      → (N,) online path
     rank(query, items)         score, sorted                                   → [(index, score)]
-    score_masked(query, items) item + gists + query (+ score), gist mask       → (N,) reference path
+    reference_scores(q, items) the compressor's full forward, items present    → (N,) equivalence
+    score_masked(query, items) item + gists + query (+ score), gist mask       → (N,) gists' reference
     score_full(query, items)   item + query (+ score), plain causal            → (N,) shadow/teacher
 Training forwards (packed scoring, autoencoding) live in `reranker/training/forwards.py`, the
 baselines in `reranker/evaluation/baselines.py`, attention capture in the probe.
 
-`score(q, compress(items)) == score_masked(q, items)` (fp32, ≤ 1e-4 relative) is the core's
-acceptance test: tests/test_equivalence.py (selection's reference: tests/test_selection.py).
+`score(q, compress(items)) == reference_scores(q, items)` (fp32, ≤ 1e-4 relative) for every
+compressor is the core's acceptance test: tests/test_equivalence.py.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from reranker.core import layout
+from reranker.core.compressors import Compressor, compressor_for
+from reranker.core.compressors.select import eager_attention
 from reranker.core.config import GistConfig
 from reranker.core.errors import (
     EmptyInputError,
@@ -45,7 +50,6 @@ from reranker.core.errors import (
     QueryTooLongError,
 )
 from reranker.core.kv import GistKV
-from reranker.core.selection import eager_attention, select_kv
 from reranker.core.weights import GistWeights
 
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
@@ -94,7 +98,6 @@ class GistReranker(GistWeights):
             self.head.weight.copy_(torch.randn(1, hidden, generator=g) / hidden**0.5)
             self.head.bias.zero_()
         self._fingerprint: tuple[int, str] | None = None
-        self._budget_readers: dict[int, tuple[int, GistReranker]] = {}  # `at_budget`'s
 
     @staticmethod
     def _mean_plus_noise(lm: nn.Module, n: int, g: torch.Generator) -> torch.Tensor:
@@ -118,11 +121,7 @@ class GistReranker(GistWeights):
         trained gists when `keep_gists` and the gist layout (k, t) is unchanged: the same model read
         with other settings, e.g. a longer item cap or another compressor."""
         other = GistReranker(self.lm, self.tokenizer, gist, self.base_ref)
-        same_layout = (gist.num_gist, gist.keep_item_prefix) == (
-            self.gist.num_gist,
-            self.gist.keep_item_prefix,
-        )
-        if keep_gists and not same_layout:
+        if keep_gists and gist.slot_layout != self.gist.slot_layout:
             raise ValueError(f"trained gists have k={self.gist.num_gist}, t={self.gist.keep_item_prefix}")
         with torch.no_grad():
             other.score_embedding.copy_(self.score_embedding)
@@ -130,6 +129,11 @@ class GistReranker(GistWeights):
             if keep_gists:
                 other.gist_embeddings.copy_(self.gist_embeddings)
         return other.eval()
+
+    @property
+    def compressor(self) -> Compressor:
+        """What this reader's stored positions are (`gist.compressor`)."""
+        return compressor_for(self.gist.compressor)
 
     # ------------------------------------------------------------------------------ tokenization
     @property
@@ -245,14 +249,18 @@ class GistReranker(GistWeights):
     ) -> tuple[list[torch.Tensor], list[list[int]], QueryTail]:
         """Rows of item (+ gists unless `full`) + query (+ score token) → (rows, each item's token ids,
         the query's tail)."""
+        return self._rows(query, self.item_ids(items)[0], full)
+
+    def _rows(
+        self, query: str, item_ids: list[list[int]], full: bool
+    ) -> tuple[list[torch.Tensor], list[list[int]], QueryTail]:
         q = self.query_tail(query)
-        item_ids, _ = self.item_ids(items)
         gists = [] if full else [self.gist_embeddings]
         rows = [torch.cat([self.embed(ids), *gists, q.embeds]) for ids in item_ids]
         return rows, item_ids, q
 
-    def _score_rows(self, query: str, items: Sequence[str], full: bool) -> torch.Tensor:
-        rows, item_ids, q = self.tail_rows(query, items, full)
+    def _score_rows(self, query: str, item_ids: list[list[int]], full: bool) -> torch.Tensor:
+        rows, item_ids, q = self._rows(query, item_ids, full)
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
             out, seq_lens = self.forward_rows(rows, None if full else self.token_counts(item_ids))
             tail = self.tails(out.last_hidden_state, seq_lens, q.embeds.shape[0])  # (N, ℓ, D)
@@ -260,11 +268,19 @@ class GistReranker(GistWeights):
 
     def score_masked(self, query: str, items: Sequence[str]) -> torch.Tensor:
         """Training-layout reference: item + gists + query (+ score token) under the gist mask → (N,)."""
-        return self._score_rows(query, items, full=False)
+        return self._score_rows(query, self.item_ids(items)[0], full=False)
 
     def score_full(self, query: str, items: Sequence[str]) -> torch.Tensor:
         """Full-context cross-encoder (no gists): item + query (+ score token), plain causal → (N,)."""
-        return self._score_rows(query, items, full=True)
+        return self.score_full_ids(query, self.item_ids(items)[0])
+
+    def score_full_ids(self, query: str, item_ids: list[list[int]]) -> torch.Tensor:
+        """`score_full` of items given as token ids (e.g. cut to a budget) → (N,)."""
+        return self._score_rows(query, item_ids, full=True)
+
+    def reference_scores(self, query: str, items: Sequence[str]) -> torch.Tensor:
+        """The forward, items present, that `score(query, compress(items))` equals (the compressor's)."""
+        return self.compressor.reference_scores(self, query, items)
 
     def left_padded_forward(
         self, rows: list[torch.Tensor], eager_rows: int = 0
@@ -307,83 +323,50 @@ class GistReranker(GistWeights):
             out.append(kv.to(self.kv_dtype))
         return out
 
-    def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
-        """Compress items into per-layer K/V of their first p = min(t, j) tokens (hybrid prefix; none
-        when t = 0) and k more positions: the gists, or with `compressor="select"` the item columns
-        each layer and head attends to most (selection.py), or with `"prefix"` the next k tokens.
-        `batch_size` items per forward (sorted by length so a batch pads little). Truncated items are
-        flagged on their GistKV; the caller counts them."""
-        k = self.gist.num_gist
-        return self.compress_budgets(items, [k], batch_size, progress)[k]
-
     @torch.inference_mode()
-    def compress_budgets(
-        self, items: Sequence[str], budgets: Sequence[int], batch_size: int = 16, progress: bool = False
-    ) -> dict[int, list[GistKV]]:
-        """`compress` at several budgets k in one pass over the items → {k: [GistKV]}, each list what
-        `self.with_gist_config(gist with num_gist=k).compress(items)` returns (its fingerprint, same
-        tensors) — for a k sweep of selection or prefix caching, whose expensive part (the item's
-        forward) does not depend on k. Trained gists have one k: `budgets` must be [num_gist]."""
-        budgets = sorted(set(budgets))
-        if not budgets or min(budgets) < 1:
-            raise ValueError(f"budgets must be positive integers, got {budgets}")
-        if self.gist.compressor == "gist" and budgets != [self.gist.num_gist]:
-            raise ValueError(f"trained gists have k={self.gist.num_gist}; cannot compress to k={budgets}")
+    def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
+        """Compress items into their stored units (the compressor's K/V of the budget k = num_gist),
+        `batch_size` items per forward, sorted by length so a batch pads little. Truncated items are
+        flagged on their GistKV; the caller counts them."""
         item_ids, truncated = self.item_ids(items)
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
-        t = self.gist.keep_item_prefix
-        fingerprints = {k: self.at_budget(k).fingerprint for k in budgets}
-        out: dict[int, list[GistKV | None]] = {k: [None] * len(item_ids) for k in budgets}
-        for start in tqdm(
-            range(0, len(order), batch_size), desc="compress", unit="batch", disable=not progress
-        ):
+        k = self.gist.num_gist
+        out: list[GistKV | None] = [None] * len(item_ids)
+        batches = range(0, len(order), batch_size)
+        for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
             idx = order[start : start + batch_size]
-            if self.gist.compressor == "select":
-                per_item = select_kv(self, [item_ids[i] for i in idx], budgets)
-            elif self.gist.compressor == "prefix":
-                kept = [item_ids[i][: t + budgets[-1]] for i in idx]
-                slots = [torch.arange(len(ids), device=self.device) for ids in kept]
-                kvs = self.causal_kv([self.embed(ids) for ids in kept], slots)  # the largest budget's
-                per_item = [{k: kv[:, :, :, : t + k] for k in budgets} for kv in kvs]
-            else:
-                rows = [torch.cat([self.embed(item_ids[i]), self.gist_embeddings]) for i in idx]
-                kvs = self.causal_kv(rows, [self._stored_slots(len(item_ids[i])) for i in idx])
-                per_item = [{budgets[0]: kv} for kv in kvs]
-            for i, kvs_by_k in zip(idx, per_item, strict=True):
-                j = len(item_ids[i])
-                for k, kv in kvs_by_k.items():
-                    out[k][i] = GistKV(
-                        kv.contiguous(), fingerprints[k], j, truncated[i], prefix_tokens=min(t, j)
-                    )
+            per_item = self.compressor.compress(self, [item_ids[i] for i in idx], [k])
+            for i, kvs in zip(idx, per_item, strict=True):
+                out[i] = self.stored_unit(kvs[k], len(item_ids[i]), truncated[i])
         return out  # type: ignore[return-value]
 
-    def at_budget(self, k: int) -> GistReranker:
-        """This model set up to read budget k (`with_gist_config`, num_gist = k), one object per k while
-        the weights are unchanged: its fingerprint hashes every weight, so a k sweep that asks for it on
-        every batch must not build (and hash, and copy to bytes) a new reader each time."""
-        if k == self.gist.num_gist:
-            return self
-        version = self._version_sum()
-        held = self._budget_readers.get(k)
-        if held is None or held[0] != version:
-            held = (version, self.with_gist_config(self.gist.model_copy(update={"num_gist": k})))
-            self._budget_readers[k] = held
-        return held[1]
-
-    def _stored_slots(self, j: int) -> torch.Tensor:
-        """Positions an item of j tokens keeps: its first min(t, j) tokens, then the gists j … j+k-1."""
-        p = min(self.gist.keep_item_prefix, j)
-        return torch.cat([torch.arange(p), torch.arange(j, j + self.gist.num_gist)]).to(self.device)
+    def stored_unit(self, kv: torch.Tensor, item_tokens: int, truncated: bool = False) -> GistKV:
+        """K/V (L, 2, H_kv, p + s, h) of an item of j tokens, compressed under this reader's settings,
+        as the stored unit: stamped with this reader's fingerprint, compressor, budget and query start."""
+        k, p = self.gist.num_gist, min(self.gist.keep_item_prefix, item_tokens)
+        return GistKV(
+            kv.contiguous(),
+            self.fingerprint,
+            compressor=self.compressor.name,
+            budget=k,
+            item_tokens=item_tokens,
+            query_start=self.compressor.query_start(k, item_tokens, p),
+            prefix_tokens=p,
+            truncated=truncated,
+        )
 
     def check_kv(self, kvs: Sequence[GistKV]) -> None:
-        """Refuse K/V that this model did not produce or that does not fit its shape, dtype or limits."""
+        """Refuse K/V that this model did not produce or that does not fit its layout, dtype or limits."""
         if not kvs:
             raise EmptyInputError("no candidates given")
-        t = self.gist.keep_item_prefix
-        fingerprint = self.fingerprint
+        t, k = self.gist.keep_item_prefix, self.gist.num_gist
+        fingerprint, compressor = self.fingerprint, self.compressor
         for i, x in enumerate(kvs):
             if x.fingerprint != fingerprint:
                 raise FingerprintMismatchError(fingerprint, x.fingerprint, index=i)
+            if (x.compressor, x.budget) != (compressor.name, k):
+                held, read = f"{x.compressor} k={x.budget}", f"{compressor.name} k={k}"
+                raise KVFormatError(f"candidate {i}: holds {held}, this model reads {read}")
             if not 0 <= x.item_tokens <= self.gist.max_item_tokens:
                 raise KVFormatError(
                     f"candidate {i}: item_tokens={x.item_tokens} outside 0..{self.gist.max_item_tokens}"
@@ -392,7 +375,10 @@ class GistReranker(GistWeights):
                 raise KVFormatError(
                     f"candidate {i}: prefix_tokens={x.prefix_tokens}, expected min(t={t}, j={x.item_tokens})"
                 )
-            stored = x.prefix_tokens + self.tail_slots(x)
+            start = compressor.query_start(k, x.item_tokens, x.prefix_tokens)
+            if x.query_start != start:
+                raise KVFormatError(f"candidate {i}: query_start={x.query_start}, expected {start}")
+            stored = x.prefix_tokens + compressor.tail_slots(k, x.item_tokens, x.prefix_tokens)
             expected = (self.num_layers, 2, self.num_kv_heads, stored, self.head_dim)
             if tuple(x.kv.shape) != expected:
                 raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
@@ -408,19 +394,6 @@ class GistReranker(GistWeights):
         kv = kv_codec.decode(blob, expected_fingerprint=self.fingerprint, dtype=self.kv_dtype).kv
         self.check_kv([kv])
         return kv
-
-    def tail_slots(self, x: GistKV) -> int:
-        """Columns after the prefix a valid entry has: k gists, or min(k, j - p) item columns (selected,
-        or the tokens after the prefix)."""
-        k = self.gist.num_gist
-        return k if self.gist.compressor == "gist" else min(k, x.item_tokens - x.prefix_tokens)
-
-    def query_start(self, x: GistKV) -> int:
-        """Position of the query's first token: after the gists (j + k); after the item (j) for
-        selected columns; right after the stored tokens for a prefix (the item cut to t + k)."""
-        if self.gist.compressor == "prefix":
-            return x.prefix_tokens + self.tail_slots(x)
-        return x.item_tokens + (self.gist.num_gist if self.gist.compressor == "gist" else 0)
 
     def rank(
         self,
@@ -448,14 +421,14 @@ class GistReranker(GistWeights):
         n, ell = len(kvs), q.embeds.shape[0]
         embeds = q.embeds[None].expand(n, -1, -1)  # (N, ℓ, D)
         prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,) p
-        tail_lens = torch.tensor([self.tail_slots(x) for x in kvs], device=self.device)  # (N,) s
+        tail_lens = torch.tensor([x.tail_slots for x in kvs], device=self.device)  # (N,) s
         p_slots, s_slots = int(prefix_lens.max()), int(tail_lens.max())
         stacked = torch.stack([_pad(x, p_slots, s_slots) for x in kvs])  # (N, L, 2, H_kv, P+K, h)
         stacked = stacked.to(self.device, self.dtype)
         cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
-        starts = torch.tensor([self.query_start(x) for x in kvs], device=self.device)  # (N,)
+        starts = torch.tensor([x.query_start for x in kvs], device=self.device)  # (N,)
         positions = layout.online_positions(starts, ell)  # (N, ℓ)
-        allowed = layout.online_mask(prefix_lens, p_slots, tail_lens, s_slots, ell)  # (N, ℓ, P+K+ℓ)
+        allowed = self.compressor.online_mask(prefix_lens, p_slots, tail_lens, s_slots, ell)  # (N, ℓ, P+K+ℓ)
         result = self.decoder()(
             inputs_embeds=embeds,
             position_ids=positions,

@@ -35,6 +35,7 @@ from reranker.core.checkpoints import (
     resolve_checkpoint,
     split_spec,
 )
+from reranker.core.compressors import compressor_for
 from reranker.core.config import GistConfig, compute_dtype_for, resolve_dtype
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 CHECKPOINT_FORMAT = 1
 # GistConfig fields newer than format 1: hashed only off these defaults, so older checkpoints keep theirs
 _LATER_FIELDS = {"score_rule": "head", "compressor": "gist", "select_window": 16, "select_pool": 7}
-# GistConfig fields removed since format 1 (experiments that did not help; tag `experiments-archive`):
+# GistConfig fields removed since format 1 (experiments that did not help; last commit with them: faba5cc):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused
 _REMOVED_FIELDS = {"gist_read_bias": 0.0}
 
@@ -57,8 +58,8 @@ def migrate_gist_fields(fields: dict[str, Any], source: str | Path) -> dict[str,
     for name, default in _REMOVED_FIELDS.items():
         if name in fields and fields.pop(name) != default:
             raise ValueError(
-                f"{source}: trained with {name}, a setting removed from GistRank; load it from the "
-                "git tag experiments-archive"
+                f"{source}: trained with {name}, a setting removed from GistRank; load it with the "
+                "code of commit faba5cc (the last that has it)"
             )
     return fields
 
@@ -152,11 +153,8 @@ class GistWeights(nn.Module):
     def _read_with(self, settings: dict[str, str], source: Path) -> Self:
         """This checkpoint under other reading settings (a longer item cap, another compressor)."""
         config = GistConfig(**(self.gist.model_dump() | settings))
-        same_layout = (config.num_gist, config.keep_item_prefix) == (
-            self.gist.num_gist,
-            self.gist.keep_item_prefix,
-        )
-        if not same_layout and config.compressor == "gist":
+        same_layout = config.slot_layout == self.gist.slot_layout
+        if not same_layout and compressor_for(config.compressor).learned:
             raise ValueError(
                 f"{source}: its gists were trained with k={self.gist.num_gist}, "
                 f"t={self.gist.keep_item_prefix}; read it with another k or t only through compressor=select "

@@ -86,7 +86,7 @@ def run_core_demo(
         f"online time for {len(ids)} candidates × {len(sample_queries())} queries: "
         f"stored K/V {gist_total:.2f}s, full {full_total:.2f}s ({full_total / gist_total:.1f}× faster)."
     )
-    if trained or g.compressor != "gist":
+    if trained or not model.compressor.learned:
         return
     console.print(
         "[yellow]The head and gists of a freshly wrapped base are untrained: rankings above show the "

@@ -317,7 +317,7 @@ def run_pipeline_demo(
     if shadow_model is None and served.trained:
         # a shipped student's teacher (also when read by selection), reading items as far as it does
         shadow_model = default_shadow(served.checkpoint)
-    if not served.trained and g.compressor == "gist":
+    if not served.trained and served.model.compressor.learned:
         console.print("[yellow]untrained gists and head: rankings show the mechanics, not relevance[/]")
 
     catalog_url = f"sqlite:///{workdir / 'catalog.db'}"

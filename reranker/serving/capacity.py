@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from reranker.core.kv import GistKV
 from reranker.core.kv_codec import encode
 from reranker.core.model import GistReranker
 
@@ -70,9 +69,10 @@ def blob_bytes(model: GistReranker, storage_dtype: str) -> int:
     """Bytes of one item's blob as the codec writes it, at the model's stored positions p + k, for an
     item as long as the cap (its length is header metadata: other lengths differ by a few bytes)."""
     g = model.gist
-    kv = torch.zeros(model.num_layers, 2, model.num_kv_heads, g.keep_item_prefix + g.num_gist, model.head_dim)
-    unit = GistKV(kv, model.fingerprint, item_tokens=g.max_item_tokens, prefix_tokens=g.keep_item_prefix)
-    return len(encode(unit, content_hash="0" * 64, storage_dtype=storage_dtype))
+    j, p = g.max_item_tokens, g.keep_item_prefix
+    positions = p + model.compressor.tail_slots(g.num_gist, j, p)
+    kv = torch.zeros(model.num_layers, 2, model.num_kv_heads, positions, model.head_dim)
+    return len(encode(model.stored_unit(kv, j), content_hash="0" * 64, storage_dtype=storage_dtype))
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def plan(
     head = shape.vocab if g.score_rule == "query_likelihood" else 1
     per_candidate += 2 * shape.hidden * head * (query_tokens if g.score_rule == "query_likelihood" else 1)
     j = item_tokens or g.max_item_tokens
-    forward = {"gist": j + g.num_gist, "select": j, "prefix": min(j, stored)}[g.compressor]
+    forward = model.compressor.recompute_tokens(j, g.num_gist, min(g.keep_item_prefix, j))
     recompute = forward * shape.flops_per_token(forward)
     lookups = qps * candidates
     backfill = None if consumer_items_per_s is None else items / (consumer_items_per_s * consumers) / 3600

@@ -22,8 +22,8 @@ student that has not started keeps a spread near 0; with autoencoding, `autoenco
 better the gists regenerate their own item than another's, ~0 until they carry the item), periodic
 checkpoints and resume (`--resume`).
 `plot_curves` draws several runs side by side (`gistrank curves`). Settings that were measured not to
-help (read bias, mask and length curricula, hidden-state distillation) were removed; they live at the
-git tag experiments-archive with their findings in reports/experiments/.
+help (read bias, mask and length curricula, hidden-state distillation) were removed in commit 6dd9ce1;
+commit faba5cc is the last that has them, their findings are in reports/experiments/.
 """
 
 from __future__ import annotations
@@ -129,11 +129,7 @@ class Trainer:
         model = GistReranker.from_pretrained(cfg.init, device=device)
         if model.gist == cfg.gist:
             return model
-        same_layout = (model.gist.num_gist, model.gist.keep_item_prefix) == (
-            cfg.gist.num_gist,
-            cfg.gist.keep_item_prefix,
-        )
-        return model.with_gist_config(cfg.gist, keep_gists=same_layout)
+        return model.with_gist_config(cfg.gist, keep_gists=model.gist.slot_layout == cfg.gist.slot_layout)
 
     def _param_groups(self) -> list[dict]:
         m = self.model

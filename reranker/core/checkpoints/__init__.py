@@ -10,6 +10,7 @@ base weights, so a different base behind the alias is refused at load.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import parse_qsl, urlencode
 
 CHECKPOINT_FILE = "gistrank.json"
@@ -26,9 +27,26 @@ SHIPPED = {
 # tables (reports/quality.md): the untouched base scoring log p(query | item), its stored unit the K/V of
 # the item's first 64 tokens, items read up to 1024 tokens by the full-context shadow and recompute.
 DEFAULT_MODEL = "gistrank-base-ql-prefix64"
+
+
+class Preset(NamedTuple):
+    """A base read under fixed settings (GistConfig fields a model reference may set)."""
+
+    base: str
+    settings: dict[str, str]
+
+
 PRESETS = {
-    DEFAULT_MODEL: "smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D"
-    "&compressor=prefix&num_gist=64&max_item_tokens=1024",
+    DEFAULT_MODEL: Preset(
+        base="smollm2-135m-instruct",
+        settings={
+            "score_rule": "query_likelihood",
+            "query_template": "\nQuery: {query}",
+            "compressor": "prefix",  # stored unit: the K/V of the item's first num_gist tokens
+            "num_gist": "64",  # the budget k: stored positions per item
+            "max_item_tokens": "1024",  # how far the shadow and a miss's recompute read
+        },
+    ),
 }
 
 
@@ -53,8 +71,8 @@ def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
     its base and settings, the reference's own settings over them."""
     ref, _, query = str(spec).partition("?")
     if ref in PRESETS:
-        base, preset = split_spec(PRESETS[ref])
-        return base, preset | _settings(spec, query)
+        preset = PRESETS[ref]
+        return preset.base, preset.settings | _settings(spec, query)
     if "?" not in str(spec):  # command-line options may hand the reference over as a Path
         return spec, {}
     return ref, _settings(spec, query)

@@ -1,4 +1,4 @@
-"""Training-free compression: keep, per layer and per KV head, the K/V of the k item positions that an
+"""Selection (training-free): keep, per layer and per KV head, the K/V of the k item positions that an
 observation window attends to most (SnapKV / H2O style), instead of learned gist K/V.
 
 Compression (`select_kv`): one causal forward of item + observation suffix, left-padded; the
@@ -23,11 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from reranker.core import layout
+from reranker.core.compressors.base import Compressor
+
+if TYPE_CHECKING:
+    from reranker.core.model import GistReranker
 
 
 def observation_suffix(model: nn.Module) -> list[int]:
@@ -187,3 +192,26 @@ def selected_mask_scores(
     finally:
         for h in hooks:
             h.remove()
+
+
+class SelectCompressor(Compressor):
+    name = "select"
+
+    @torch.inference_mode()
+    def compress(
+        self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
+    ) -> list[dict[int, torch.Tensor]]:
+        return select_kv(model, item_ids, self.check_budgets(model, budgets))
+
+    def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
+        return min(budget, item_tokens - prefix_tokens)
+
+    def query_start(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
+        return item_tokens  # kept columns keep their positions: the query follows the whole item
+
+    def reference_scores(self, model: GistReranker, query: str, items: Sequence[str]) -> torch.Tensor:
+        kept = selected_columns(model, model.item_ids(items)[0])
+        return selected_mask_scores(model, query, items, kept)
+
+    def recompute_tokens(self, item_tokens: int, budget: int, prefix_tokens: int) -> int:
+        return item_tokens

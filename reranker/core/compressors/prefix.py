@@ -1,0 +1,50 @@
+"""Prefix caching cut to the budget: the stored unit is the K/V of the item's first t + k tokens, read
+as if the item ended there. No training, no extra parameter; exact title and key fields (rendered
+first) survive, everything after the budget is gone.
+
+    compression  the item's first min(t + k, j) tokens, causal → keep every slot
+    reference    the full-context forward of (the item cut to t + k tokens) + query
+    online       the query numbered right after the stored tokens
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from reranker.core.compressors.base import Compressor
+
+if TYPE_CHECKING:
+    from reranker.core.model import GistReranker
+
+
+class PrefixCompressor(Compressor):
+    name = "prefix"
+
+    @torch.inference_mode()
+    def compress(
+        self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
+    ) -> list[dict[int, torch.Tensor]]:
+        ks = self.check_budgets(model, budgets)
+        t = model.gist.keep_item_prefix
+        kept = [ids[: t + ks[-1]] for ids in item_ids]
+        slots = [torch.arange(len(ids), device=model.device) for ids in kept]
+        kvs = model.causal_kv([model.embed(ids) for ids in kept], slots)  # the largest budget's columns
+        # causal: the first t + k columns of the largest budget's forward are the smaller budget's own
+        return [{k: kv[:, :, :, : t + k] for k in ks} for kv in kvs]
+
+    def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
+        return min(budget, item_tokens - prefix_tokens)
+
+    def query_start(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
+        return prefix_tokens + self.tail_slots(budget, item_tokens, prefix_tokens)
+
+    def reference_scores(self, model: GistReranker, query: str, items: Sequence[str]) -> torch.Tensor:
+        n = model.gist.keep_item_prefix + model.gist.num_gist
+        item_ids, _ = model.item_ids(items)
+        return model.score_full_ids(query, [ids[:n] for ids in item_ids])
+
+    def recompute_tokens(self, item_tokens: int, budget: int, prefix_tokens: int) -> int:
+        return min(item_tokens, prefix_tokens + budget)
