@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 from reranker.bench.harness import print_table, publish
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
-from reranker.core.selection import eager_attention
+from reranker.core.compressors.select import eager_attention
 from reranker.training.forwards import autoencode_control, autoencode_loss
 from reranker.training.relevance_data import RelevanceSet
 
