@@ -20,14 +20,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("reranker", "streaming", "monitoring")
+PROJECT = ("reranker", "streaming", "monitoring", "localservices")
 ENTRY_POINTS = ("reranker.bench", "reranker.demo", "reranker.cli", "reranker.triton_repo")
 
 # package → the project packages it may import (a prefix matches its submodules)
 ALLOWED: dict[str, tuple[str, ...]] = {
     "reranker.core": ("reranker.core",),
     "reranker.store": ("reranker.core", "reranker.store"),
-    "streaming": ("reranker.core", "reranker.store", "streaming", "monitoring"),
+    "reranker.catalog": ("reranker.core", "reranker.catalog", "monitoring"),
+    "streaming": ("reranker.core", "reranker.store", "reranker.catalog", "streaming", "monitoring"),
     "reranker.training": (
         "reranker.core",
         "reranker.store",
@@ -46,13 +47,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "reranker.store",
         "reranker.serving",
         "reranker.evaluation.ranking_metrics",
-        "streaming.catalog",
-        "streaming.events",
-        "streaming.kafka_settings",
-        "streaming.publisher",
+        "reranker.catalog",
         "monitoring",
     ),
     "monitoring": ("monitoring",),
+    "localservices": ("localservices",),
 }
 
 

@@ -25,12 +25,12 @@ from reranker.core.model import GistReranker
 from reranker.demo.core import sample_queries
 
 if TYPE_CHECKING:
+    from localservices.kafka_broker import KafkaBroker
+    from reranker.catalog.database import Catalog
+    from reranker.catalog.kafka_settings import KafkaSettings
     from reranker.serving.client import RerankClient
     from reranker.serving.server import TritonServer
     from reranker.store import GistStore
-    from streaming.broker import KafkaBroker
-    from streaming.catalog import Catalog
-    from streaming.kafka_settings import KafkaSettings
 
 UPDATED_ITEM = "phone-acme-15pro-128-blue"
 L1_TTL_S = 10.0  # short for the demo (default 300 s), so the update step need not wait long
@@ -176,7 +176,7 @@ def _metrics_snapshot(console: Console, url: str) -> None:
 
 
 def _start_kafka(broker: KafkaBroker, console: Console) -> KafkaSettings:
-    from streaming.kafka_settings import KafkaSettings, ensure_topics
+    from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 
     settings = KafkaSettings.from_env(bootstrap_servers=broker.start(), group_id="gistrank-demo")
     ensure_topics(settings, partitions=3)
@@ -186,8 +186,8 @@ def _start_kafka(broker: KafkaBroker, console: Console) -> KafkaSettings:
 
 def _publish_catalog(settings: KafkaSettings, catalog_url: str, console: Console) -> Catalog:
     """The bundled sample catalog into SQLite, and one change event per item onto the topic."""
-    from streaming.catalog import Catalog
-    from streaming.publisher import publish_catalog
+    from reranker.catalog.database import Catalog
+    from reranker.catalog.publisher import publish_catalog
 
     catalog = Catalog(catalog_url)
     with as_file(files("reranker.demo").joinpath("data/sample_catalog.jsonl")) as sample:
@@ -257,8 +257,8 @@ def _update_flows_through(
 ) -> UpdateOutcome:
     """Change UPDATED_ITEM in the catalog, publish the event, consume it, and rank again once the old
     L1 entry has expired (L1 is not invalidated by catalog events: it serves until its TTL runs out)."""
+    from reranker.catalog.publisher import publish_events
     from streaming.consumer import GistConsumer
-    from streaming.publisher import publish_events
 
     query = sample_queries()[0]
     before = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
@@ -301,8 +301,8 @@ def run_pipeline_demo(
     compressor: str | None = None,
 ) -> PipelineDemoResult:
     """The whole pipeline (module docstring) in `workdir` (emptied first); prints each step."""
+    from localservices.kafka_broker import KafkaBroker
     from reranker.serving.client import RerankClient
-    from streaming.broker import KafkaBroker
 
     console = Console()
     steps = Steps(console)
