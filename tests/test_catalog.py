@@ -14,7 +14,7 @@ from reranker.catalog.database import Catalog, CatalogError, ItemNotFoundError
 from reranker.catalog.events import decode_event, encode_event
 from reranker.core.render import content_hash, render_item
 
-SAMPLE = Path(__file__).resolve().parents[1] / "reranker" / "demo" / "data" / "sample_catalog.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "reranker" / "catalog" / "data" / "sample_catalog.jsonl"
 SAMPLE_QUERIES = SAMPLE.with_name("sample_queries.txt")
 PHONE = {
     "title": "Acme UltraPhone 15 Pro",

@@ -50,7 +50,7 @@ from streaming.materialize import compress_rows
 pytestmark = pytest.mark.kafka
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE_CATALOG = REPO / "reranker" / "demo" / "data" / "sample_catalog.jsonl"
+SAMPLE_CATALOG = REPO / "reranker" / "catalog" / "data" / "sample_catalog.jsonl"
 
 
 # ------------------------------------------------------------------------------------------------ helpers

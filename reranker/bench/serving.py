@@ -54,10 +54,10 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
+from reranker.catalog.sample import sample_queries
 from reranker.core.errors import GistRankError
 from reranker.core.model import GistReranker
-from reranker.demo.core import sample_queries
-from reranker.demo.pipeline import Steps, serving_checkpoint
+from reranker.serving.local_run import Steps, serving_checkpoint
 
 if TYPE_CHECKING:
     from reranker.catalog.database import Catalog

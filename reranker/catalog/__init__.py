@@ -6,4 +6,5 @@ database         the catalog database (SQLAlchemy): items, the change sequence, 
 events           the change event schema: the only decoder/encoder of the change topic
 kafka_settings   Kafka client settings from `GISTRANK_KAFKA_*`, topic creation
 publisher        publish change events to the change topic (acks=all)
+sample           the bundled sample catalog and its queries (package data under data/)
 """

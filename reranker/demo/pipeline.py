@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from importlib.resources import as_file, files
+from importlib.resources import as_file
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.core.checkpoints import default_shadow, is_checkpoint, model_spec
+from reranker.catalog.sample import SAMPLE_CATALOG, sample_queries
+from reranker.core.checkpoints import default_shadow
 from reranker.core.model import GistReranker
-from reranker.demo.core import sample_queries
+from reranker.serving.local_run import Steps, serving_checkpoint
 
 if TYPE_CHECKING:
     from localservices.kafka_broker import KafkaBroker
@@ -34,46 +35,6 @@ if TYPE_CHECKING:
 
 UPDATED_ITEM = "phone-acme-15pro-128-blue"
 L1_TTL_S = 10.0  # short for the demo (default 300 s), so the update step need not wait long
-
-
-# ------------------------------------------------------------------------- shared with bench-serving
-class Steps:
-    """Numbered steps of a long run: each a console rule with the seconds since the start."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.started = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def __call__(self, text: str) -> None:
-        self.console.rule(f"[bold]{text}[/]  [dim]{self.elapsed():.0f}s[/]")
-
-
-@dataclass(frozen=True)
-class ServingModel:
-    """The one checkpoint that every component of a run loads, so writer and server share a fingerprint."""
-
-    model: GistReranker
-    checkpoint: str  # what the server loads: a checkpoint folder, with reading settings if any
-    trained: bool  # a GistRank checkpoint (else a base wrapped with untrained gists and head)
-
-
-def serving_checkpoint(
-    model: str,
-    workdir: Path,
-    dtype: str = "auto",
-    compressor: str | None = None,
-    num_gist: int | None = None,
-    max_item_tokens: int | None = None,
-) -> ServingModel:
-    """`GistReranker.read`, a wrapped base saved to `workdir/model` so that the server can load it."""
-    spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
-    gist_model = GistReranker.read(spec, dtype)
-    if not is_checkpoint(spec):
-        return ServingModel(gist_model, str(gist_model.save_pretrained(workdir / "model")), False)
-    return ServingModel(gist_model, spec, True)
 
 
 # ------------------------------------------------------------------------------------------- results
@@ -190,7 +151,7 @@ def _publish_catalog(settings: KafkaSettings, catalog_url: str, console: Console
     from reranker.catalog.publisher import publish_catalog
 
     catalog = Catalog(catalog_url)
-    with as_file(files("reranker.demo").joinpath("data/sample_catalog.jsonl")) as sample:
+    with as_file(SAMPLE_CATALOG) as sample:
         loaded = catalog.load_jsonl(sample)
     published = publish_catalog(settings, catalog)
     console.print(f"loaded {loaded} items into {catalog_url}; published {published} events")
