@@ -1,7 +1,7 @@
 """Streaming commands: `publish`, `consume`, `materialize`, the `catalog` group (`load`, `update`) and the
 `rollout` group (`status`, `gc`).
 
-Kafka client settings come from `GISTRANK_KAFKA_*` variables (see `streaming.kafka_settings`);
+Kafka client settings come from `GISTRANK_KAFKA_*` variables (see `reranker.catalog.kafka_settings`);
 `--bootstrap-servers` overrides the servers. `python -m streaming.cli …` runs these without the rest of
 the `gistrank` CLI. Heavy imports (torch, feast) happen inside the commands that need them.
 """
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError
+from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 from reranker.core.checkpoints import DEFAULT_MODEL
-from streaming.catalog import DEFAULT_URL, Catalog, CatalogError
-from streaming.kafka_settings import KafkaSettings, ensure_topics
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -170,7 +170,7 @@ def publish(
     """Publish change events (each item's current state, or a JSONL file) to the change topic."""
     from kafka.errors import KafkaError
 
-    from streaming.publisher import EventFileError, PublishError, publish_catalog, publish_file
+    from reranker.catalog.publisher import EventFileError, PublishError, publish_catalog, publish_file
 
     settings = _settings(bootstrap_servers)
     if create_topics:
@@ -326,7 +326,7 @@ def catalog_update(
     """Change one item in the catalog and publish its change event."""
     from kafka.errors import KafkaError
 
-    from streaming.publisher import PublishError, publish_events
+    from reranker.catalog.publisher import PublishError, publish_events
 
     settings = _settings(bootstrap_servers) if publish_event else None
     with Catalog(catalog_url) as catalog:

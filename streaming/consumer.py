@@ -5,9 +5,10 @@ One batch, in order (`GistConsumer.process_batch`):
 1. validate every record with the event schema; a bad one becomes a dead-letter record with its reason
 2. coalesce per item: the newest version in the batch wins, older ones are skipped as superseded
 3. compare with the store (one batched read): a version the store already has or has passed is stale
-   (for a serving replica's refresh request only if the stored row is also usable, see `streaming.events`);
-   same content hash + fingerprint as stored is unchanged (rewritten under the new version with the stored
-   bytes, no compression); everything else is rendered (`render_item`) and compressed in batches
+   (for a serving replica's refresh request only if the stored row is also usable, see
+   `reranker.catalog.events`); same content hash + fingerprint as stored is unchanged (rewritten under the
+   new version with the stored bytes, no compression); everything else is rendered (`render_item`) and
+   compressed in batches
 4. push the rows and tombstones to Feast (`GistStore.write` / `delete`, version-guarded and idempotent)
 5. wait until the broker acknowledged every dead-letter record
 6. commit the batch's offsets
@@ -61,10 +62,10 @@ from monitoring.metrics import (
     CONSUMER_LAG,
     CONSUMER_SKIPPED,
 )
+from reranker.catalog.events import ChangeEvent, InvalidEventError, decode_event, format_timestamp
+from reranker.catalog.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings
 from reranker.core.render import content_hash
 from reranker.store import FeatureStoreUnavailableError, GistRow, GistStore
-from streaming.events import ChangeEvent, InvalidEventError, decode_event, format_timestamp
-from streaming.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings
 from streaming.materialize import compress_rows
 
 if TYPE_CHECKING:

@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 from tqdm.auto import tqdm
 
 from monitoring.metrics import ITEMS_TRUNCATED
+from reranker.catalog.database import BATCH, Catalog, Item
+from reranker.catalog.events import ItemFields
 from reranker.core.render import content_hash, render_item
 from reranker.store import GistRow, GistStore
-from streaming.catalog import BATCH, Catalog, Item
-from streaming.events import ItemFields
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -86,7 +86,7 @@ def materialize(
 ) -> MaterializeResult:
     """Compress every live catalog item (or only the stale ones) in `batch_size` forwards and write them.
 
-    Items are read, compared, compressed and written `catalog.BATCH` at a time, so memory stays bounded
+    Items are read, compared, compressed and written `database.BATCH` at a time, so memory stays bounded
     and a crash loses at most one chunk of work.
     """
     fingerprint = model.fingerprint

@@ -11,9 +11,9 @@ import torch
 from helpers import CATALOG_ITEMS, CountingStore
 from tiny import build_tiny_base
 
+from localservices.kafka_broker import KafkaBroker
 from reranker import GistConfig, GistReranker
-from streaming.broker import KafkaBroker
-from streaming.catalog import Catalog
+from reranker.catalog.database import Catalog
 
 torch.set_num_threads(2)
 

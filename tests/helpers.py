@@ -15,13 +15,13 @@ import torch
 from prometheus_client import REGISTRY
 
 from reranker import GistReranker
+from reranker.catalog.database import Catalog
+from reranker.catalog.events import ChangeEvent
 from reranker.core.kv import GistKV
 from reranker.core.model import QueryTail
 from reranker.core.render import render_item
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.store import GistRow, GistStore
-from streaming.catalog import Catalog
-from streaming.events import ChangeEvent
 
 # ------------------------------------------------------------------------------------ model inputs
 ITEMS = [

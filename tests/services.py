@@ -20,9 +20,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
+from localservices.redis_server import RedisCluster, RedisServer
+from reranker.catalog.kafka_settings import KafkaSettings
 from reranker.serving.server import PROJECT_ROOT, free_port
-from streaming.kafka_settings import KafkaSettings
-from streaming.redis_server import RedisCluster, RedisServer
 
 __all__ = [
     "WAIT_S",

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import streaming.catalog as catalog_module
+import reranker.catalog.database as catalog_module
+from reranker.catalog.database import Catalog, CatalogError, ItemNotFoundError
+from reranker.catalog.events import decode_event, encode_event
 from reranker.core.render import content_hash, render_item
-from streaming.catalog import Catalog, CatalogError, ItemNotFoundError
-from streaming.events import decode_event, encode_event
 
-SAMPLE = Path(__file__).resolve().parents[1] / "reranker" / "demo" / "data" / "sample_catalog.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "reranker" / "catalog" / "data" / "sample_catalog.jsonl"
 SAMPLE_QUERIES = SAMPLE.with_name("sample_queries.txt")
 PHONE = {
     "title": "Acme UltraPhone 15 Pro",

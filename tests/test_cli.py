@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from reranker.catalog.sample import sample_catalog, sample_queries
 from reranker.cli import app
-from reranker.demo.core import sample_catalog, sample_queries
 
 runner = CliRunner()
 

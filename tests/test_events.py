@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitoring.metrics import DEAD_LETTER_REASONS
-from streaming.events import (
+from reranker.catalog.events import (
     MAX_ATTRIBUTE_LIST_ITEMS,
     MAX_ATTRIBUTES,
     MAX_DESCRIPTION_CHARS,

@@ -13,6 +13,7 @@ import pytest
 import redis
 from services import feast_cluster_config, redis_cluster, redis_server
 
+from localservices.redis_server import RedisCluster
 from reranker.store import (
     CONFIG_ENV,
     FEATURE_REPO,
@@ -21,7 +22,6 @@ from reranker.store import (
     GistStore,
     WriteResult,
 )
-from streaming.redis_server import RedisCluster
 
 BLOB_BYTES = 150_000  # about one SmolLM2 item at k=8 in bf16
 
@@ -304,8 +304,8 @@ def test_rollout_status_and_gc_commands(tmp_path: Path) -> None:
     the asked model covers every item at its catalog version; `rollout gc` drops the other views."""
     from typer.testing import CliRunner
 
+    from reranker.catalog.database import Catalog
     from reranker.cli import app
-    from streaming.catalog import Catalog
 
     catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
     with Catalog(catalog_url) as catalog:

@@ -11,7 +11,7 @@ from helpers import ITEMS, QUERY
 
 from monitoring.metrics import ITEMS_TRUNCATED
 from reranker import EmptyInputError, GistConfig, GistReranker, KVFormatError, QueryTooLongError
-from streaming.events import ItemFields
+from reranker.catalog.events import ItemFields
 from streaming.materialize import compress_rows
 
 

@@ -13,13 +13,13 @@ from helpers import CountingStore, FakeClock, RecordingSink, catalog_row, make_l
 from services import RedisServer
 from sqlalchemy.exc import OperationalError
 
+from reranker.catalog.database import Catalog
 from reranker.core import kv_codec
 from reranker.core.errors import EmptyInputError
 from reranker.core.kv import GistKV
 from reranker.serving.lookup import ByteLRU, RefreshRequests
 from reranker.serving.status import Status
 from reranker.store import GistRow
-from streaming.catalog import Catalog
 
 
 def row_for(model, catalog: Catalog, item_id: str, kv: GistKV | None = None) -> GistRow:

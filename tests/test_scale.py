@@ -30,17 +30,17 @@ from services import (
 )
 from typer.testing import CliRunner
 
+from localservices.kafka_broker import KafkaBroker
 from reranker import GistConfig, GistReranker
+from reranker.catalog.database import Catalog
+from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
+from reranker.catalog.publisher import publish_events
 from reranker.cli import app
 from reranker.core.render import render_item
 from reranker.serving.client import RerankClient
 from reranker.serving.server import tritonserver_binary
 from reranker.store import GistStore
-from streaming.broker import KafkaBroker
-from streaming.catalog import Catalog
 from streaming.cli import OnlineStore, _open_store
-from streaming.kafka_settings import KafkaSettings, ensure_topics
-from streaming.publisher import publish_events
 
 pytestmark = [pytest.mark.scale, pytest.mark.redis]
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from reranker import GistReranker
+from reranker.catalog.sample import sample_catalog, sample_queries
 from reranker.core.checkpoints import (
     DEFAULT_MODEL,
     HYBRID_CHECKPOINT,
@@ -17,7 +18,6 @@ from reranker.core.checkpoints import (
     SHIPPED,
 )
 from reranker.core.render import render_item
-from reranker.demo.core import sample_catalog, sample_queries
 from reranker.evaluation.baselines import compress_prefix
 from reranker.evaluation.ranking_metrics import ndcg_at_k
 from reranker.training.data_synth import generate

@@ -33,24 +33,24 @@ from kafka.structs import ConsumerGroupMetadata, MemberState
 from services import WAIT_S, ConsumerProcess, Probe, RedisServer, free_port, kafka_env
 from typer.testing import CliRunner
 
+from localservices.kafka_broker import KafkaBroker
 from reranker import GistConfig, GistReranker
+from reranker.catalog.database import Catalog
+from reranker.catalog.events import ChangeEvent, ItemFields, encode_event
+from reranker.catalog.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings, ensure_topics
+from reranker.catalog.publisher import EventPublisher, publish_events
 from reranker.core import kv_codec
 from reranker.core.render import content_hash, render_item
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.store import GistStore
-from streaming.broker import KafkaBroker
-from streaming.catalog import Catalog
 from streaming.cli import main as cli_app
 from streaming.consumer import DeadLetter, GistConsumer, dead_letter_value
-from streaming.events import ChangeEvent, ItemFields, encode_event
-from streaming.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings, ensure_topics
 from streaming.materialize import compress_rows
-from streaming.publisher import EventPublisher, publish_events
 
 pytestmark = pytest.mark.kafka
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE_CATALOG = REPO / "reranker" / "demo" / "data" / "sample_catalog.jsonl"
+SAMPLE_CATALOG = REPO / "reranker" / "catalog" / "data" / "sample_catalog.jsonl"
 
 
 # ------------------------------------------------------------------------------------------------ helpers

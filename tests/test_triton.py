@@ -29,13 +29,13 @@ from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
 
 from reranker import GistConfig, GistReranker
+from reranker.catalog.database import Catalog
 from reranker.core import kv_codec
 from reranker.core.render import render_item
 from reranker.serving.cli import rerank
 from reranker.serving.client import RerankClient, RerankError
 from reranker.serving.server import free_port, tritonserver_binary
 from reranker.store import GistStore
-from streaming.catalog import Catalog
 
 pytestmark = [pytest.mark.triton, pytest.mark.redis]
 

@@ -54,15 +54,15 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
+from reranker.catalog.sample import sample_queries
 from reranker.core.errors import GistRankError
 from reranker.core.model import GistReranker
-from reranker.demo.core import sample_queries
-from reranker.demo.pipeline import Steps, serving_checkpoint
+from reranker.serving.local_run import Steps, serving_checkpoint
 
 if TYPE_CHECKING:
+    from reranker.catalog.database import Catalog
     from reranker.serving.server import TritonServer
     from reranker.store import GistStore
-    from streaming.catalog import Catalog
 
 PATHS = ("hit", "feast", "recompute")
 PROTOCOLS = ("http", "grpc")
@@ -750,9 +750,9 @@ def run_serving_bench(
     `workdir`: catalog, Feast store, checkpoint and Triton run directory; default a temporary directory
     (removed at the end); an existing one is reused, its earlier benchmark files replaced.
     """
+    from reranker.catalog.database import Catalog
     from reranker.serving.server import ServerSettings, TritonServer
     from reranker.store import GistStore
-    from streaming.catalog import Catalog
 
     if candidates < 1 or requests < 1 or feast_requests < 1 or recompute_requests < 1 or concurrency < 1:
         raise ValueError("candidates, requests, feast_requests, recompute_requests, concurrency must be >= 1")

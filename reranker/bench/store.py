@@ -27,17 +27,17 @@ from rich.console import Console
 from rich.table import Table
 from tqdm.auto import tqdm
 
+from localservices.kafka_broker import KafkaBroker
+from localservices.redis_server import RedisServer
+from reranker.catalog.database import Catalog
+from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
+from reranker.catalog.publisher import publish_events
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.kv_codec import STORAGE_DTYPES, encode, kv_nbytes_formula
 from reranker.core.model import GistReranker
 from reranker.store import GistRow, GistStore
 from reranker.training.data_synth import generate
-from streaming.broker import KafkaBroker
-from streaming.catalog import Catalog
 from streaming.consumer import GistConsumer
-from streaming.kafka_settings import KafkaSettings, ensure_topics
-from streaming.publisher import publish_events
-from streaming.redis_server import RedisServer
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:

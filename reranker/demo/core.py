@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
-from importlib.resources import files
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
+from reranker.catalog.sample import sample_catalog, sample_queries
 from reranker.core.checkpoints import is_checkpoint
 from reranker.core.model import GistReranker
 from reranker.core.render import render_item
-
-
-def sample_catalog() -> list[dict]:
-    """The bundled sample catalog: dicts with item_id, title, attributes, description."""
-    text = files("reranker.demo").joinpath("data/sample_catalog.jsonl").read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def sample_queries() -> list[str]:
-    text = files("reranker.demo").joinpath("data/sample_queries.txt").read_text(encoding="utf-8")
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _ranking(ids: list[str], scores: torch.Tensor, top: int) -> list[str]:

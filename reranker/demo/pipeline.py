@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from importlib.resources import as_file, files
+from importlib.resources import as_file
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,60 +20,21 @@ from rich.console import Console
 from rich.table import Table
 
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
-from reranker.core.checkpoints import default_shadow, is_checkpoint, model_spec
+from reranker.catalog.sample import SAMPLE_CATALOG, sample_queries
+from reranker.core.checkpoints import default_shadow
 from reranker.core.model import GistReranker
-from reranker.demo.core import sample_queries
+from reranker.serving.local_run import Steps, serving_checkpoint
 
 if TYPE_CHECKING:
+    from localservices.kafka_broker import KafkaBroker
+    from reranker.catalog.database import Catalog
+    from reranker.catalog.kafka_settings import KafkaSettings
     from reranker.serving.client import RerankClient
     from reranker.serving.server import TritonServer
     from reranker.store import GistStore
-    from streaming.broker import KafkaBroker
-    from streaming.catalog import Catalog
-    from streaming.kafka_settings import KafkaSettings
 
 UPDATED_ITEM = "phone-acme-15pro-128-blue"
 L1_TTL_S = 10.0  # short for the demo (default 300 s), so the update step need not wait long
-
-
-# ------------------------------------------------------------------------- shared with bench-serving
-class Steps:
-    """Numbered steps of a long run: each a console rule with the seconds since the start."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.started = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def __call__(self, text: str) -> None:
-        self.console.rule(f"[bold]{text}[/]  [dim]{self.elapsed():.0f}s[/]")
-
-
-@dataclass(frozen=True)
-class ServingModel:
-    """The one checkpoint that every component of a run loads, so writer and server share a fingerprint."""
-
-    model: GistReranker
-    checkpoint: str  # what the server loads: a checkpoint folder, with reading settings if any
-    trained: bool  # a GistRank checkpoint (else a base wrapped with untrained gists and head)
-
-
-def serving_checkpoint(
-    model: str,
-    workdir: Path,
-    dtype: str = "auto",
-    compressor: str | None = None,
-    num_gist: int | None = None,
-    max_item_tokens: int | None = None,
-) -> ServingModel:
-    """`GistReranker.read`, a wrapped base saved to `workdir/model` so that the server can load it."""
-    spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
-    gist_model = GistReranker.read(spec, dtype)
-    if not is_checkpoint(spec):
-        return ServingModel(gist_model, str(gist_model.save_pretrained(workdir / "model")), False)
-    return ServingModel(gist_model, spec, True)
 
 
 # ------------------------------------------------------------------------------------------- results
@@ -176,7 +137,7 @@ def _metrics_snapshot(console: Console, url: str) -> None:
 
 
 def _start_kafka(broker: KafkaBroker, console: Console) -> KafkaSettings:
-    from streaming.kafka_settings import KafkaSettings, ensure_topics
+    from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 
     settings = KafkaSettings.from_env(bootstrap_servers=broker.start(), group_id="gistrank-demo")
     ensure_topics(settings, partitions=3)
@@ -186,11 +147,11 @@ def _start_kafka(broker: KafkaBroker, console: Console) -> KafkaSettings:
 
 def _publish_catalog(settings: KafkaSettings, catalog_url: str, console: Console) -> Catalog:
     """The bundled sample catalog into SQLite, and one change event per item onto the topic."""
-    from streaming.catalog import Catalog
-    from streaming.publisher import publish_catalog
+    from reranker.catalog.database import Catalog
+    from reranker.catalog.publisher import publish_catalog
 
     catalog = Catalog(catalog_url)
-    with as_file(files("reranker.demo").joinpath("data/sample_catalog.jsonl")) as sample:
+    with as_file(SAMPLE_CATALOG) as sample:
         loaded = catalog.load_jsonl(sample)
     published = publish_catalog(settings, catalog)
     console.print(f"loaded {loaded} items into {catalog_url}; published {published} events")
@@ -257,8 +218,8 @@ def _update_flows_through(
 ) -> UpdateOutcome:
     """Change UPDATED_ITEM in the catalog, publish the event, consume it, and rank again once the old
     L1 entry has expired (L1 is not invalidated by catalog events: it serves until its TTL runs out)."""
+    from reranker.catalog.publisher import publish_events
     from streaming.consumer import GistConsumer
-    from streaming.publisher import publish_events
 
     query = sample_queries()[0]
     before = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
@@ -301,8 +262,8 @@ def run_pipeline_demo(
     compressor: str | None = None,
 ) -> PipelineDemoResult:
     """The whole pipeline (module docstring) in `workdir` (emptied first); prints each step."""
+    from localservices.kafka_broker import KafkaBroker
     from reranker.serving.client import RerankClient
-    from streaming.broker import KafkaBroker
 
     console = Console()
     steps = Steps(console)

@@ -8,5 +8,6 @@ worker    the bounded background thread behind refresh requests and shadow
 service   one request end to end: the pieces above + scoring       (no Triton)
 runtime   build the services from a Triton model's parameters
 server    build a runnable model repository and run tritonserver
+local_run what a script's local run of the server shares: the checkpoint it serves, its numbered steps
 client    tritonclient HTTP / gRPC; cli: `gistrank serve`, `gistrank rerank`
 """

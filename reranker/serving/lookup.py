@@ -35,6 +35,7 @@ from monitoring.serving_metrics import (
     RECOMPUTES,
     REFRESH_REQUESTS,
 )
+from reranker.catalog.events import ChangeEvent
 from reranker.core import kv_codec
 from reranker.core.errors import GistRankError
 from reranker.core.kv import GistKV
@@ -42,7 +43,6 @@ from reranker.core.render import render_item
 from reranker.serving.status import Status
 from reranker.serving.worker import BackgroundWorker
 from reranker.store import FeatureStoreUnavailableError, GistStore
-from streaming.events import ChangeEvent
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class CatalogItem(Protocol):
 
 
 class ItemSource(Protocol):
-    """What the lookup needs of `streaming.catalog.Catalog`."""
+    """What the lookup needs of `reranker.catalog.database.Catalog`."""
 
     def get(self, item_ids: Sequence[str]) -> Mapping[str, CatalogItem]: ...
 
@@ -140,7 +140,7 @@ class ByteLRU:
 
 # ----------------------------------------------------------------------------------- refresh requests
 class EventSink(Protocol):
-    """What `RefreshRequests` needs of `streaming.publisher.EventPublisher`."""
+    """What `RefreshRequests` needs of `reranker.catalog.publisher.EventPublisher`."""
 
     def send(self, event: ChangeEvent) -> None: ...
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
-from streaming.events import ItemId, validation_reason
+from reranker.catalog.events import ItemId, validation_reason
 
 QUERY = "QUERY"
 ITEM_IDS = "ITEM_IDS"

@@ -22,13 +22,13 @@ from typing import Any, Self, TypeVar
 import numpy as np
 import torch
 
+from reranker.catalog.database import Catalog
 from reranker.core.model import GistReranker
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.serving.requests import ITEM_IDS, QUERY, SCORES, STATUS, RequestError
 from reranker.serving.service import FullService, GistService, RerankResult
 from reranker.serving.shadow import ScoreFull, ShadowSampler
 from reranker.store import FeatureStoreUnavailableError, GistStore
-from streaming.catalog import Catalog
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +147,8 @@ class GistRuntime:
                 logger.warning("feast not reachable at start, serving by recompute until it is: %s", e)
         self.refresh = None
         if params.kafka_bootstrap_servers:
-            from streaming.kafka_settings import KafkaSettings
-            from streaming.publisher import EventPublisher
+            from reranker.catalog.kafka_settings import KafkaSettings
+            from reranker.catalog.publisher import EventPublisher
 
             settings = KafkaSettings.from_env(bootstrap_servers=params.kafka_bootstrap_servers)
             self.refresh = RefreshRequests(lambda: EventPublisher(settings, flush_timeout_s=10.0))

@@ -39,8 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
-from reranker.core.render import content_hash
-from streaming.events import (
+from reranker.catalog.events import (
     MAX_ITEM_ID_CHARS,
     ChangeEvent,
     ItemFields,
@@ -48,6 +47,7 @@ from streaming.events import (
     strict_json_loads,
     validation_reason,
 )
+from reranker.core.render import content_hash
 
 DEFAULT_URL = "sqlite:///var/catalog.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000

@@ -5,8 +5,8 @@ Wire format: Kafka key = the item id (UTF-8), value = one JSON object
     {"op": "upsert", "item_id": "p-1", "version": 7, "timestamp": "2024-05-01T12:00:00.000000Z",
      "fields": {"title": "...", "attributes": {"storage": "256GB"}, "description": "..."}}
 
-* `version` is the catalog's change sequence number (see `streaming.catalog`): per item it only grows,
-  so a consumer must never let an event replace state with a higher version.
+* `version` is the catalog's change sequence number (see `reranker.catalog.database`): per item it only
+  grows, so a consumer must never let an event replace state with a higher version.
 * `timestamp` is an ISO-8601 string with an explicit UTC offset ("Z" or "+02:00"); naive times are
   rejected because Feast orders writes by event time and a guessed zone would reorder them. Decoded
   timestamps are normalised to UTC. (Epoch numbers are rejected rather than guessed as s or ms.)

@@ -14,9 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monitoring.metrics import EVENTS_PUBLISHED
-from streaming.catalog import Catalog
-from streaming.events import ChangeEvent, InvalidEventError, decode_event, encode_event, strict_json_loads
-from streaming.kafka_settings import KafkaSettings
+from reranker.catalog.database import Catalog
+from reranker.catalog.events import (
+    ChangeEvent,
+    InvalidEventError,
+    decode_event,
+    encode_event,
+    strict_json_loads,
+)
+from reranker.catalog.kafka_settings import KafkaSettings
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
