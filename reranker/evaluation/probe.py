@@ -45,9 +45,9 @@ from rich.console import Console
 from tqdm.auto import tqdm
 
 from reranker.bench.harness import print_table, publish
+from reranker.core.compressors.select import eager_attention
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
-from reranker.core.compressors.select import eager_attention
 from reranker.training.forwards import autoencode_control, autoencode_loss
 from reranker.training.relevance_data import RelevanceSet
 
