@@ -16,13 +16,12 @@ LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
 
 
 class GistConfig(BaseModel):
-    """Gist compression settings.
+    """Compression and reading settings: everything that changes the stored K/V or how it is scored.
 
-    Position scheme: the item keeps its natural positions `0 … j-1`, the gists sit at `j … j+k-1`
-    and the query at `j+k …` (training layout). Online, each candidate's query is numbered from its
-    own stored `gist_start + k`, so query→gist distances are exactly the training ones (RoPE depends
-    only on differences). The scheme needs no extra setting: the item token count `j` travels with
-    the K/V.
+    Position scheme (gists): the item keeps its natural positions `0 … j-1`, the gists sit at
+    `j … j+k-1` and the query at `j+k …` (training layout). Online, each candidate's query is numbered
+    from the `query_start` its stored unit carries, so query→key distances are exactly those of the
+    reference forward (RoPE depends only on differences); each compressor says where that is.
 
     Hybrid (`keep_item_prefix` = t > 0): the K/V of the item's first p = min(t, j) tokens (title and
     key fields, rendered first) is stored in front of the gists at its own positions 0 … p-1, and the
