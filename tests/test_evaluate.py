@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ITEMS, QUERY, forward_scores
+from helpers import ITEMS, QUERY
 from tiny import tiny_relevance_set
 
+from reranker.core.compressors.base import Compressor
+from reranker.core.compressors.prefix import PrefixCompressor
+from reranker.core.compressors.select import SelectCompressor
 from reranker.core.config import GistConfig
 from reranker.core.errors import EmptyInputError
 from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
-from reranker.evaluation.baselines import bm25_scores, compress_prefix, prefix_reader
+from reranker.evaluation.baselines import bm25_scores
 from reranker.evaluation.evaluate import (
     METRICS,
     TEACHER,
@@ -37,6 +40,7 @@ from reranker.evaluation.evaluate import (
 )
 from reranker.evaluation.fusion import WEIGHTS, fit_weight, interpolate, minmax
 from reranker.evaluation.ranking_metrics import ranking
+from reranker.evaluation.sweep import BudgetSweep, budget_reader
 from reranker.training.relevance_data import collection_stats
 from reranker.training.trainer import TrainConfig, Trainer
 
@@ -268,26 +272,38 @@ def test_bm25_idf_is_the_collections_not_the_candidate_lists() -> None:
     assert systems["bm25"].score(query, ["0", "1", "2"]) == by_collection
 
 
-def test_prefix_baseline_stores_short_items_whole(tiny_model: GistReranker) -> None:
-    """An item shorter than the budget is stored whole, the query right after it (the item "cut" to
-    its budget is the item): the full-context forward of its tokens + query. Long items are stored and
-    read exactly as before (a gist reader of k = budget "gists" that are item tokens)."""
-    budget = 6
-    reader = prefix_reader(tiny_model, budget)
-    item_ids, _ = reader.item_ids(ITEMS)
-    assert any(len(ids) < budget for ids in item_ids)  # "kettle"
-    kvs = compress_prefix(reader, ITEMS)
-    assert [kv.kv.shape[3] for kv in kvs] == [min(len(ids), budget) for ids in item_ids]
-    q = reader.query_tail(QUERY)
-    rows = [torch.cat([reader.embed(ids[:budget]), q.embeds]) for ids in item_ids]
-    online = reader.score(QUERY, kvs)
-    torch.testing.assert_close(online, forward_scores(reader, rows, None, q), rtol=1e-4, atol=1e-5)
-    long = [i for i, ids in enumerate(item_ids) if len(ids) >= budget]
-    old_reader = tiny_model.with_gist_config(tiny_model.gist.model_copy(update={"num_gist": budget}))
-    old = old_reader.score(QUERY, compress_prefix(old_reader, [ITEMS[i] for i in long]))
-    torch.testing.assert_close(online[long], old, rtol=1e-4, atol=1e-5)
-    with pytest.raises(EmptyInputError, match="prefix_reader"):
-        compress_prefix(old_reader, ITEMS)  # a gist reader cannot hold a short item
+@pytest.mark.parametrize("compressor", ["prefix", "select"])
+def test_a_budget_sweep_gives_each_budget_what_its_own_reader_compresses(
+    tiny_model: GistReranker, compressor: str
+) -> None:
+    """One pass, every budget: each budget's units are what the body set up for that k compresses alone
+    (its fingerprint, layout and tensors) — short items stored whole, as serving stores them."""
+    body = tiny_model.with_gist_config(tiny_model.gist.model_copy(update={"compressor": compressor}))
+    budgets = [2, 6, 9]
+    sweep = BudgetSweep(body, budgets, batch_size=2)
+    item_ids, _ = body.item_ids(ITEMS)
+    assert any(len(ids) < 6 for ids in item_ids)  # "kettle" is stored whole at k = 6 and 9
+    for k in budgets:
+        alone = budget_reader(body, k).compress(ITEMS)
+        swept = sweep.compress(k, ITEMS)
+        for a, b in zip(alone, swept, strict=True):
+            assert (a.fingerprint, a.compressor, a.budget, a.query_start) == (
+                b.fingerprint,
+                b.compressor,
+                b.budget,
+                b.query_start,
+            )
+            torch.testing.assert_close(a.kv, b.kv, rtol=1e-4, atol=1e-5)
+        assert sweep.reader(k).fingerprint == alone[0].fingerprint
+        online = sweep.reader(k).score(QUERY, swept)
+        torch.testing.assert_close(online, budget_reader(body, k).score(QUERY, alone))
+    sweep.forget(ITEMS)
+    assert not any(sweep.done.values())
+
+
+def test_a_budget_sweep_refuses_trained_gists(tiny_model: GistReranker) -> None:
+    with pytest.raises(ValueError, match="one trained budget"):
+        BudgetSweep(tiny_model, [1, 2])
 
 
 def test_a_failing_system_keeps_the_others_results() -> None:
@@ -351,7 +367,7 @@ def test_evaluate_records_a_failed_system_and_goes_on(
     def broken(*_args: object, **_kwargs: object) -> list:
         raise EmptyInputError("items [1] have fewer than t + k = 2 tokens")
 
-    monkeypatch.setattr("reranker.evaluation.evaluate._SharedPass.compress", broken)  # the prefix pass
+    monkeypatch.setattr("reranker.evaluation.sweep.BudgetSweep.compress", broken)  # the prefix pass
     out, runs = tmp_path / "eval", tmp_path / "runs"
     result = evaluate(data, model, [model], out, device="cpu", prefix_ks=(1,), run_dir=runs)
     failed = {"prefix 1 · gist k=2", "prefix 2 · gist k=2"}
@@ -457,13 +473,15 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
     path = base.save_pretrained(tmp_path / "base")
     specs = [f"{path}?compressor=select&num_gist={k}" for k in (2, 3)]
     passes: dict[str, int] = {"select": 0, "prefix": 0}
-    original = GistReranker.compress_budgets
+    for kind in (SelectCompressor, PrefixCompressor):
 
-    def counted(self: GistReranker, items: list, budgets: list, *args: object, **kwargs: object) -> dict:
-        passes[self.gist.compressor] += len(items)
-        return original(self, items, budgets, *args, **kwargs)
+        def counted(
+            self: Compressor, model: GistReranker, item_ids: list, budgets: list, _c=kind.compress
+        ) -> list:
+            passes[self.name] += len(item_ids)
+            return _c(self, model, item_ids, budgets)
 
-    monkeypatch.setattr(GistReranker, "compress_budgets", counted)
+        monkeypatch.setattr(kind, "compress", counted)
     both = evaluate(data, path, specs, tmp_path / "both", device="cpu", prefix_ks=(3,))
     test_items = {i for q in data.split("test").queries for i, _ in data.candidates(q.query_id)}
     # each item through the selection forward once, and through the prefix forward once

@@ -18,7 +18,7 @@ from reranker.core.checkpoints import (
     SHIPPED,
 )
 from reranker.core.render import render_item
-from reranker.evaluation.baselines import compress_prefix
+from reranker.evaluation.baselines import prefix_reader
 from reranker.evaluation.ranking_metrics import ndcg_at_k
 from reranker.training.data_synth import generate
 
@@ -78,7 +78,7 @@ def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
     systems = {
         "gist": (model, model.compress(texts)),
         "untrained gists": (base, base.compress(texts)),
-        "prefix 4": (base, compress_prefix(base, texts)),
+        "prefix 4": (prefix_reader(base, 4), prefix_reader(base, 4).compress(texts)),
     }
     ndcg = {}
     for name, (reader, kvs) in systems.items():

@@ -226,7 +226,13 @@ def _read_latency(model: GistReranker, workdir: Path, n_ids: int, repeats: int) 
     kvs = model.compress(texts)
     rows = [
         GistRow(
-            f"item-{i}", encode(kv, f"hash-{i}"), kv.fingerprint, kv.num_gist, kv.item_tokens, f"hash-{i}", 1
+            f"item-{i}",
+            encode(kv, f"hash-{i}"),
+            kv.fingerprint,
+            kv.tail_slots,
+            kv.item_tokens,
+            f"hash-{i}",
+            1,
         )
         for i, kv in enumerate(kvs)
     ]
@@ -279,7 +285,7 @@ def _blob_sizes(model: GistReranker) -> list[dict]:
     for dtype in STORAGE_DTYPES:
         width = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}[dtype]
         formula = kv_nbytes_formula(
-            cfg.num_hidden_layers, kv.num_gist, model.num_kv_heads, model.head_dim, width
+            cfg.num_hidden_layers, kv.positions, model.num_kv_heads, model.head_dim, width
         )
         blob = len(encode(kv, "0" * 64, storage_dtype=dtype))
         out.append(

@@ -2,9 +2,9 @@
 
 * `bm25_scores`: lexical ranking of the rendered item text (Okapi BM25, k1 = 0.9, b = 0.4 — Anserini's
   defaults —, IDF and mean length over the whole collection: `CollectionStats`).
-* `compress_prefix` with `prefix_reader`: prefix caching cut to the same budget — the K/V of each
-  item's first B tokens in place of the (hybrid prefix +) gists, read by a model's body and head; an
-  item shorter than B is stored whole.
+* `prefix_reader`: prefix caching cut to the same budget — the K/V of each item's first B tokens in
+  place of the (hybrid prefix +) gists, read by a model's body and head; an item shorter than B is
+  stored whole.
 * `untrained_gists`: the same model with its initial gist embeddings (what training the gists added).
 """
 
@@ -14,11 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-import torch
-
 from reranker.core.config import GistConfig
-from reranker.core.errors import EmptyInputError
-from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker
 from reranker.training.relevance_data import CollectionStats, bm25_terms, collection_stats
 
@@ -57,40 +53,15 @@ def untrained_gists(model: GistReranker) -> GistReranker:
     return model.with_gist_config(model.gist)
 
 
-def prefix_reader(model: GistReranker, budget: int) -> GistReranker:
-    """`model`'s body and head set up to read `compress_prefix` K/V of `budget` positions per item: the
-    core's "prefix" compressor with t = 0, k = `budget` — the K/V of the item's first min(budget, j)
-    tokens, the query right after them (an item shorter than the budget is stored whole, as the online
-    path stores p = min(t, j) prefix tokens)."""
+def prefix_config(gist: GistConfig, budget: int) -> GistConfig:
+    """`gist` set up to store prefix caching of `budget` positions per item: the "prefix" compressor with
+    t = 0, k = `budget` — the K/V of the item's first min(budget, j) tokens, the query right after them
+    (an item shorter than the budget is stored whole)."""
     update = {"num_gist": budget, "keep_item_prefix": 0, "compressor": "prefix"}
-    return model.with_gist_config(GistConfig(**(model.gist.model_dump() | update)))
+    return GistConfig(**(gist.model_dump() | update))
 
 
-@torch.inference_mode()
-def compress_prefix(model: GistReranker, items: Sequence[str], batch_size: int = 16) -> list[GistKV]:
-    """Baseline at the same budget: the K/V of each item's first t + k tokens in place of the hybrid
-    prefix + gists — plain prefix caching cut to t + k positions, for `model` to read.
-
-    A reader from `prefix_reader` (compressor "prefix") stores an item shorter than t + k whole and
-    reads the query right after it: what evaluation uses, any item length. A gist-compressor `model`
-    reads the entries as a hybrid entry whose "gists" are item tokens t … t+k-1 (item_tokens = t, so
-    the query follows at t + k) and always reads k of them, so there an item shorter than t + k tokens
-    raises `EmptyInputError` (read such items with `prefix_reader(model, t + k)` instead)."""
-    if model.gist.compressor == "prefix":
-        return model.compress(items, batch_size)
-    if model.gist.compressor != "gist":
-        raise ValueError(f"read prefix caching with prefix_reader(), not a {model.gist.compressor!r} model")
-    item_ids, _ = model.item_ids(items)
-    t, n = model.gist.keep_item_prefix, model.gist.keep_item_prefix + model.gist.num_gist
-    short = [i for i, ids in enumerate(item_ids) if len(ids) < n]
-    if short:
-        raise EmptyInputError(
-            f"items {short} have fewer than t + k = {n} tokens: no prefix that long for a gist reader "
-            f"(prefix_reader(model, {n}) stores them whole)"
-        )
-    out: list[GistKV] = []
-    for start in range(0, len(item_ids), batch_size):
-        rows = [model.embed(ids[:n]) for ids in item_ids[start : start + batch_size]]
-        kvs = model.causal_kv(rows, [torch.arange(n, device=model.device)] * len(rows))
-        out += [GistKV(kv, model.fingerprint, item_tokens=t, prefix_tokens=t) for kv in kvs]
-    return out
+def prefix_reader(model: GistReranker, budget: int) -> GistReranker:
+    """`model`'s body and head reading prefix caching of `budget` positions (`prefix_config`): the
+    baseline at the same budget, read by the same body and head."""
+    return model.with_gist_config(prefix_config(model.gist, budget))

@@ -48,6 +48,7 @@ from reranker.evaluation.baselines import (
     BM25_B,
     BM25_K1,
     bm25_scores,
+    prefix_config,
     prefix_reader,
     untrained_gists,
 )
@@ -60,6 +61,7 @@ from reranker.evaluation.ranking_metrics import (
     recall_at_k_vs_reference,
 )
 from reranker.evaluation.run_files import load_cached, save_runs
+from reranker.evaluation.sweep import BudgetSweep, budget_reader
 from reranker.training.relevance_data import CollectionStats, RelevanceSet, collection_stats
 
 RECALL_KS = (1, 5, 10)
@@ -252,32 +254,6 @@ def _run_label(path: str | Path) -> str:
     return p.parent.name if p.name == "checkpoint" else p.name
 
 
-class _SharedPass:
-    """Several budgets k of one select or prefix body compressed in one pass (`compress_budgets`): the
-    item forward, the expensive part, does not depend on k, so a k sweep pays for it once. Items are
-    compressed on first use, for every budget at once."""
-
-    def __init__(self, body: GistReranker, budgets: Sequence[int]) -> None:
-        self.body, self.budgets = body, sorted(set(budgets))
-        self.done: dict[int, dict[str, GistKV]] = {k: {} for k in self.budgets}
-
-    def reader(self, k: int) -> GistReranker:
-        """The body set up to read budget k (its fingerprint is the one `compress_budgets` stamps)."""
-        return self.body.at_budget(k)
-
-    def compress(self, k: int, texts: list[str]) -> list[GistKV]:
-        todo = [t for t in dict.fromkeys(texts) if t not in self.done[k]]
-        if todo:
-            for budget, kvs in self.body.compress_budgets(todo, self.budgets).items():
-                self.done[budget].update(zip(todo, kvs, strict=True))
-        return [self.done[k][t] for t in texts]
-
-    def forget(self, texts: list[str]) -> None:
-        for done in self.done.values():
-            for text in texts:
-                done.pop(text, None)
-
-
 def _kv_system(
     texts_by_id: Mapping[str, str],
     reader: Callable[[], GistReranker],
@@ -358,8 +334,8 @@ def _gist_systems(
     prefix_ks: Sequence[int],
     label: str = "",
     base: GistReranker | None = None,
-    shared: _SharedPass | None = None,
-    prefixes: _SharedPass | None = None,
+    shared: BudgetSweep | None = None,
+    prefixes: BudgetSweep | None = None,
 ) -> dict[str, System]:
     """Systems of one student checkpoint: its own online path and its controls. A `label` (its run)
     suffixes every name and family; `shared`: the one compression pass the student's k is part of;
@@ -389,7 +365,7 @@ def _gist_systems(
     systems = {main: replace(own, kv_dims=dims)}
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
-        if student.gist.compressor == "gist":  # selection and prefix have no gists to leave untrained
+        if student.compressor.learned:  # selection and prefix have no gists to leave untrained
             control = _kv_system(
                 texts_by_id,
                 lambda r=reader: untrained_gists(r),
@@ -399,14 +375,14 @@ def _gist_systems(
             )
             systems[name("untrained gists") + tag] = replace(control, kv_dims=dims)
         # a prefix student's own budget, read by its own body, is the student itself
-        own = () if student.gist.compressor == "prefix" and not tag else (k,)
+        own = () if not tag and prefix_config(reader.gist, t + k) == student.gist else (k,)
         budgets = sorted({t + kk for kk in (*prefix_ks, *own)})
         if not budgets:
             continue
         # one line in the plots per body: a gist student's own, a select or prefix group's shared one
-        family = f"prefix · {name(with_k=student.gist.compressor == 'gist')}{tag}"
+        family = f"prefix · {name(with_k=student.compressor.learned)}{tag}"
         if prefixes is None or tag:
-            prefixes = _SharedPass(prefix_reader(reader, budgets[-1]), budgets)
+            prefixes = BudgetSweep(prefix_reader(reader, budgets[-1]), budgets)
         for budget in budgets:
             # scored by this reader's body and head: two students' prefix controls of one budget differ,
             # unless they read through one body and head — a select group gets one control per budget
@@ -433,7 +409,7 @@ def student_systems(
     """Every student's systems (`_gist_systems`). Students of one gist layout are told apart by their
     run folder; with `control_base` each base LM is loaded once (per dtype), however many students.
     Select or prefix students that differ only in k (same body and settings) share one body and one
-    compression pass (`_SharedPass`)."""
+    compression pass (`BudgetSweep`)."""
     students = [GistReranker.from_pretrained(path, device=device) for path in paths]
     # the name `_gist_systems` gives each (its compressor, t, k): only students that would share one need
     # their run folder in it, so a cached system keeps its name when another compressor's student joins
@@ -445,11 +421,11 @@ def student_systems(
     group_of: list[str | None] = []
     for student in students:
         group = None
-        if student.gist.compressor != "gist":
-            group = _key(student.at_budget(1))
+        if not student.compressor.learned:  # one body and settings, any k: one sweep
+            group = _key(budget_reader(student, 1))
             groups.setdefault(group, []).append(student)
         group_of.append(group)
-    passes = {g: _SharedPass(members[0], [m.gist.num_gist for m in members]) for g, members in groups.items()}
+    passes = {g: BudgetSweep(members[0], [m.gist.num_gist for m in members]) for g, members in groups.items()}
     shared_of = [passes[g] if g else None for g in group_of]
     # a grouped student is read through its pass's body: the other copies of that body can go
     students = [
@@ -462,7 +438,7 @@ def student_systems(
     for g, members in groups.items():
         t, ks = members[0].gist.keep_item_prefix, [m.gist.num_gist for m in members]
         budgets = sorted({t + k for k in (*prefix_ks, *ks)})
-        prefix_passes[g] = (_SharedPass(prefix_reader(passes[g].body, budgets[-1]), budgets), ks)
+        prefix_passes[g] = (BudgetSweep(prefix_reader(passes[g].body, budgets[-1]), budgets), ks)
     del groups
     bases: dict[tuple[str, str], GistReranker] = {}
     systems: dict[str, System] = {}
