@@ -62,6 +62,12 @@ class GistConfig(BaseModel):
         "positions an observation window attends to most (no training); 'prefix' = the K/V of the item's "
         "first t + k tokens, read as if the item ended there (plain prefix caching at the same budget)",
     )
+    gist_adapter_rank: int = Field(
+        0,
+        ge=0,
+        description="gist: rank of the residual adapter that acts at gist rows only (core/gist_adapter.py); "
+        "0 = none, the gists are read by the body exactly as it reads any token",
+    )
     select_window: int = Field(16, ge=0, description="select: the item's last tokens that observe it")
     select_pool: int = Field(
         7, ge=1, description="select: odd window of positions whose attention is averaged"

@@ -29,8 +29,8 @@ compressor is the core's acceptance test: tests/test_equivalence.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import NamedTuple
 
 import torch
@@ -41,7 +41,6 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from reranker.core import layout
 from reranker.core.compressors import Compressor, compressor_for
-from reranker.core.compressors.select import eager_attention
 from reranker.core.config import GistConfig
 from reranker.core.errors import (
     EmptyInputError,
@@ -49,6 +48,7 @@ from reranker.core.errors import (
     KVFormatError,
     QueryTooLongError,
 )
+from reranker.core.gist_adapter import GistAdapter
 from reranker.core.kv import GistKV
 from reranker.core.weights import GistWeights
 
@@ -91,6 +91,11 @@ class GistReranker(GistWeights):
             )
 
         self.gist_embeddings = nn.Parameter(self.initial_gist_embeddings(lm, gist.num_gist))  # (k, D)
+        self.gist_adapter = (
+            GistAdapter(self.num_layers, hidden, gist.gist_adapter_rank, dtype, lm.device)
+            if gist.gist_adapter_rank
+            else None
+        )
         g = torch.Generator().manual_seed(_INIT_SEED + 1)
         self.score_embedding = nn.Parameter(self._mean_plus_noise(lm, 1, g))  # (1, D)
         self.head = nn.Linear(hidden, 1, device=lm.device, dtype=dtype)
@@ -123,11 +128,15 @@ class GistReranker(GistWeights):
         other = GistReranker(self.lm, self.tokenizer, gist, self.base_ref)
         if keep_gists and gist.slot_layout != self.gist.slot_layout:
             raise ValueError(f"trained gists have k={self.gist.num_gist}, t={self.gist.keep_item_prefix}")
+        if keep_gists and gist.gist_adapter_rank != self.gist.gist_adapter_rank:
+            raise ValueError(f"trained gists have gist_adapter_rank={self.gist.gist_adapter_rank}")
         with torch.no_grad():
             other.score_embedding.copy_(self.score_embedding)
             other.head.load_state_dict(self.head.state_dict())
             if keep_gists:
                 other.gist_embeddings.copy_(self.gist_embeddings)
+                if self.gist_adapter is not None and other.gist_adapter is not None:
+                    other.gist_adapter.load_state_dict(self.gist_adapter.state_dict())
         return other.eval()
 
     @property
@@ -203,6 +212,18 @@ class GistReranker(GistWeights):
         """The transformer body without its LM head (through the LoRA wrapper when there is one)."""
         return self.lm.get_decoder()
 
+    def gists_adapted(self, rows: torch.Tensor | None = None) -> AbstractContextManager:
+        """Within the block, forwards run the gist adapter at `rows` (bool (N, S); None: every row) —
+        a no-op for a model without one (`core/gist_adapter.py`)."""
+        if self.gist_adapter is None:
+            return nullcontext()
+        return self.gist_adapter.on_rows(self.decoder().layers, rows)
+
+    def gist_rows(self, item_lens: torch.Tensor, total: int) -> torch.Tensor:
+        """The gist slots j … j+k-1 of rows laid out item + gists + … → bool (N, total)."""
+        pos = torch.arange(total, device=item_lens.device)[None]
+        return (pos >= item_lens[:, None]) & (pos < item_lens[:, None] + self.gist.num_gist)
+
     def forward_rows(
         self, rows: list[torch.Tensor], item_lens: torch.Tensor | None, **outputs: bool
     ) -> tuple[BaseModelOutputWithPast, torch.Tensor]:
@@ -221,7 +242,9 @@ class GistReranker(GistWeights):
             k, t = self.gist.num_gist, self.gist.keep_item_prefix
             allowed = layout.training_mask(item_lens, k, seq_lens, total, t)  # (N, S, S)
         mask = layout.additive(allowed, self.dtype)  # (N, 1, S, S)
-        out = self.decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask, **outputs)
+        adapted = nullcontext() if item_lens is None else self.gists_adapted(self.gist_rows(item_lens, total))
+        with adapted:
+            out = self.decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask, **outputs)
         return out, seq_lens
 
     def tail_scores(self, tail: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -283,25 +306,29 @@ class GistReranker(GistWeights):
         return self.compressor.reference_scores(self, query, items)
 
     def left_padded_forward(
-        self, rows: list[torch.Tensor], eager_rows: int = 0
+        self,
+        rows: list[torch.Tensor],
+        tail_rows: int = 0,
+        tail_mode: Callable[[], AbstractContextManager] = nullcontext,
     ) -> tuple[BaseModelOutputWithPast, list[int]]:
         """Run rows of embeddings (S_i, D) causally, left-padded so every row ends in the last slot →
-        (the decoder's output with its cache, each row's left padding). `eager_rows`: the last that
-        many slots run in a second forward on the first one's cache with eager attention, the one
-        implementation that returns attention weights: (N, H_q, eager_rows, S) of them, not
-        (N, H_q, S, S), so observing a few rows costs about one ordinary forward. The output's hidden
-        states then cover those slots only; its cache covers all."""
+        (the decoder's output with its cache, each row's left padding). `tail_rows`: the last that
+        many slots run in a second forward on the first one's cache, inside `tail_mode` — eager
+        attention, the one implementation that returns attention weights ((N, H_q, tail_rows, S) of
+        them, not (N, H_q, S, S), so observing a few rows costs about one ordinary forward), or the
+        gist adapter on the gist slots. The output's hidden states then cover those slots only; its
+        cache covers all."""
         seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
         total = int(seq_lens.max())
         embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
         positions, allowed = layout.left_padded(seq_lens, total)  # (N, S), (N, S, S)
         mask = layout.additive(allowed, self.dtype)  # (N, 1, S, S)
-        split = total - min(eager_rows, total)
+        split = total - min(tail_rows, total)
         result = None
-        for start, stop, eager in ((0, split, False), (split, total, True)):
+        for start, stop, mode in ((0, split, nullcontext), (split, total, tail_mode)):
             if start == stop:
                 continue
-            with eager_attention(self) if eager else nullcontext():
+            with mode():
                 result = self.decoder()(
                     inputs_embeds=embeds[:, start:stop],
                     position_ids=positions[:, start:stop],
@@ -311,10 +338,13 @@ class GistReranker(GistWeights):
                 )
         return result, (total - seq_lens).tolist()
 
-    def causal_kv(self, rows: list[torch.Tensor], slots: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Run rows of embeddings causally, left-padded; per row, the K/V at `slots` (positions counted
-        from the row's first real token) → [(L, 2, H_kv, len(slots[i]), h)] in the storage dtype."""
-        result, pads = self.left_padded_forward(rows)
+    def causal_kv(
+        self, rows: list[torch.Tensor], slots: list[torch.Tensor], gist_rows: int = 0
+    ) -> list[torch.Tensor]:
+        """Run rows of embeddings causally, left-padded (the last `gist_rows` slots of each under the
+        gist adapter); per row, the K/V at `slots` (positions counted from the row's first real token)
+        → [(L, 2, H_kv, len(slots[i]), h)] in the storage dtype."""
+        result, pads = self.left_padded_forward(rows, gist_rows, self.gists_adapted)
         layers = result.cache.layers  # each: keys / values (B, H_kv, S, h)
         out = []
         for i, (idx, pad) in enumerate(zip(slots, pads, strict=True)):
@@ -417,20 +447,35 @@ class GistReranker(GistWeights):
         """Online path: ONE forward of the query (+ score token) for all N candidates against their
         injected K/V → (N,) float32 scores. No item token and no placeholder is in the sequence."""
         self.check_kv(kvs)
-        q = self.query_tail(query)
-        n, ell = len(kvs), q.embeds.shape[0]
-        embeds = q.embeds[None].expand(n, -1, -1)  # (N, ℓ, D)
         prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,) p
         tail_lens = torch.tensor([x.tail_slots for x in kvs], device=self.device)  # (N,) s
         p_slots, s_slots = int(prefix_lens.max()), int(tail_lens.max())
         stacked = torch.stack([_pad(x, p_slots, s_slots) for x in kvs])  # (N, L, 2, H_kv, P+K, h)
+        starts = torch.tensor([x.query_start for x in kvs], device=self.device)  # (N,)
+        return self.read_stored(self.query_tail(query), stacked, prefix_lens, tail_lens, starts)
+
+    def read_stored(
+        self,
+        q: QueryTail,
+        stacked: torch.Tensor,
+        prefix_lens: torch.Tensor,
+        tail_lens: torch.Tensor,
+        starts: torch.Tensor,
+    ) -> torch.Tensor:
+        """The query's forward against stored K/V → (N,) float32 scores: the online path's arithmetic,
+        which training with a frozen reader runs with gradients into the gists' K/V.
+
+        stacked: (N, L, 2, H_kv, P + K, h), each row's p prefix columns then its s tail columns, padded
+        to P and K (masked); prefix_lens, tail_lens: (N,) p and s; starts: (N,) each query_start."""
+        n, ell = stacked.shape[0], q.embeds.shape[0]
+        p_slots = int(prefix_lens.max())
+        s_slots = stacked.shape[4] - p_slots
         stacked = stacked.to(self.device, self.dtype)
         cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
-        starts = torch.tensor([x.query_start for x in kvs], device=self.device)  # (N,)
         positions = layout.online_positions(starts, ell)  # (N, ℓ)
         allowed = self.compressor.online_mask(prefix_lens, p_slots, tail_lens, s_slots, ell)  # (N, ℓ, P+K+ℓ)
         result = self.decoder()(
-            inputs_embeds=embeds,
+            inputs_embeds=q.embeds[None].expand(n, -1, -1),  # (N, ℓ, D)
             position_ids=positions,
             attention_mask=layout.additive(allowed, self.dtype),
             cache=cache,

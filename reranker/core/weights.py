@@ -2,7 +2,7 @@
 
 A checkpoint folder:
     gistrank.json      format, base reference, GistConfig, fingerprint
-    gist.safetensors   gist embeddings, score token, head
+    gist.safetensors   gist embeddings, score token, head (+ the gist adapter, when it has one)
     adapter/           LoRA adapters (peft format), when trained with `add_lora`
     base/              the whole body, when fully fine-tuned (`store_base`)
 
@@ -46,7 +46,13 @@ ADAPTER_DIR = "adapter"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKPOINT_FORMAT = 1
 # GistConfig fields newer than format 1: hashed only off these defaults, so older checkpoints keep theirs
-_LATER_FIELDS = {"score_rule": "head", "compressor": "gist", "select_window": 16, "select_pool": 7}
+_LATER_FIELDS = {
+    "score_rule": "head",
+    "compressor": "gist",
+    "select_window": 16,
+    "select_pool": 7,
+    "gist_adapter_rank": 0,
+}
 # GistConfig fields removed since format 1 (experiments that did not help; last commit with them: faba5cc):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused
 _REMOVED_FIELDS = {"gist_read_bias": 0.0}
@@ -239,12 +245,15 @@ class GistWeights(nn.Module):
         return {name.replace(".base_layer", ""): t for name, t in state.items() if ".lora_" not in name}
 
     def _gist_state(self) -> dict[str, torch.Tensor]:
-        return {
+        state = {
             "gist_embeddings": self.gist_embeddings,
             "score_embedding": self.score_embedding,
             "head.weight": self.head.weight,
             "head.bias": self.head.bias,
         }
+        if self.gist_adapter is not None:
+            state |= {"gist_adapter.down": self.gist_adapter.down, "gist_adapter.up": self.gist_adapter.up}
+        return state
 
     def _load_gist_state(self, state: dict[str, torch.Tensor]) -> None:
         own = self._gist_state()

@@ -30,7 +30,8 @@ class GistCompressor(Compressor):
     ) -> list[dict[int, torch.Tensor]]:
         (k,) = self.check_budgets(model, budgets)
         rows = [torch.cat([model.embed(ids), model.gist_embeddings]) for ids in item_ids]
-        kvs = model.causal_kv(rows, [self.slots(model, len(ids)) for ids in item_ids])
+        # the gists run as a second forward on the item's cache: the gist adapter acts on them alone
+        kvs = model.causal_kv(rows, [self.slots(model, len(ids)) for ids in item_ids], gist_rows=k)
         return [{k: kv} for kv in kvs]
 
     @staticmethod

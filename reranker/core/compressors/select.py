@@ -105,7 +105,7 @@ def _select(
     # makes transformers' own capture hook keep every layer's weights until the forward ends
     hooks = [a.register_forward_hook(observe) for a in attention_layers(model)]
     try:
-        result, _ = model.left_padded_forward(rows, eager_rows=observed)
+        result, _ = model.left_padded_forward(rows, observed, lambda: eager_attention(model))
     finally:
         for h in hooks:
             h.remove()
