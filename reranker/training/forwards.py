@@ -38,7 +38,8 @@ def score_packed(
     total = max(r.shape[0] for r in rows)
     keep = None if full else model.gist.keep_item_prefix
     positions, allowed = layout.packed([len(i) for i in item_ids], k, query_lens, total, keep)
-    adapted = nullcontext() if full else model.gists_adapted(model.gist_rows(model.token_counts(item_ids), total))
+    item_lens = model.token_counts(item_ids)
+    adapted = nullcontext() if full else model.gists_adapted(model.gist_rows(item_lens, total))
     with torch.set_grad_enabled(model.training and torch.is_grad_enabled()), adapted:
         hidden = model.decoder()(
             inputs_embeds=torch.nn.utils.rnn.pad_sequence(rows, batch_first=True),  # (N, S, D)
