@@ -1,0 +1,324 @@
+"""Gists over a frozen reader: the training recipe that fits two CPU cores.
+
+The reader — the untouched base read by query likelihood, or the LoRA teacher read by its head — is
+the full-context system the compressed one must match, and it never changes. So what it computes over
+an item is computed once:
+
+    item K/V   the reader's K/V of every item token (L, 2, H_kv, j, h), no gradient
+               (`ItemKVCache`; on disk through the project's codec when given a folder)
+    target     the reader's full-context score of (query, item): the query read over that K/V, once per
+               pair — exactly `score_full` (the query sits at j, after the whole item)
+
+A step runs only the positions trained parameters act on:
+
+    gists      k rows at positions j … j+k-1 over the cached item K/V, the gist adapter on (grad)
+    query      ℓ rows at j+k … over [the item's first p columns | the gists' K/V], read by the reader as
+               serving reads it (`GistReranker.read_stored`); the gradient reaches the gists through
+               their K/V, and no reader weight is trainable
+
+and distils the reader list-wise: KL(softmax(target/τ) ‖ softmax(student/τ)) over each list of
+candidates (KV-Distill, PISCO: no labels needed). Lists are the train split's queries with their
+candidates, and pseudo-queries: a sentence of one candidate asked of its whole list (label-free, many
+per item). Back-propagation covers k + ℓ positions per pair instead of j + k + ℓ, and the item forward
+is paid once per item instead of once per step.
+
+The result is an ordinary gist checkpoint (the reader's body, head and LoRA, untouched, plus gists and
+the gist adapter); its shadow is the reader's own full-context forward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm.auto import tqdm
+from transformers import DynamicCache
+
+from reranker.core import kv_codec, layout
+from reranker.core.config import GistConfig
+from reranker.core.kv import GistKV
+from reranker.core.model import GistReranker
+from reranker.training.relevance_data import RelevanceSet
+
+CURVE_FILE = "curve.jsonl"
+
+
+class FrozenGistConfig(BaseModel):
+    """What a frozen-reader gist run trains: the reader, the gist layout, and the distillation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reader: str = Field(description="the frozen full-context reader: a base, preset or checkpoint reference")
+    num_gist: int = Field(16, ge=1, le=256, description="k gists per item")
+    keep_item_prefix: int = Field(0, ge=0, description="t raw item tokens stored before the gists")
+    adapter_rank: int = Field(8, ge=0, description="rank of the gist adapter (0: gist embeddings only)")
+    max_item_tokens: int | None = Field(None, ge=1, description="item tokens read (default: the reader's)")
+    steps: int = Field(200, ge=1)
+    lists_per_step: int = Field(4, ge=1, description="candidate lists per step")
+    candidates_per_list: int = Field(8, ge=2)
+    pseudo_fraction: float = Field(
+        0.5, ge=0.0, le=1.0, description="share of lists asked by a sentence of one candidate"
+    )
+    temperature: float = Field(1.0, gt=0.0, description="τ of the list-wise KL")
+    lr: float = Field(1e-3, gt=0.0)
+    seed: int = 0
+
+
+# ------------------------------------------------------------------------------------ the item's K/V
+class ItemKVCache:
+    """The reader's K/V of each item's tokens, computed once (no gradient) and kept in memory, or in
+    `folder` as codec blobs stamped with the reader's fingerprint (a blob of another reader is refused
+    on read). `memory_items` bounds what stays in RAM (~2·L·H_kv·h·j·4 bytes an item)."""
+
+    def __init__(self, reader: GistReranker, folder: Path | None = None, memory_items: int = 256) -> None:
+        self.reader, self.folder, self.memory_items = reader, folder, memory_items
+        self.fingerprint = reader.fingerprint
+        self.held: OrderedDict[str, GistKV] = OrderedDict()
+        self.computed = 0  # item forwards run (what the cache saves on every later step)
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def get(self, texts: Sequence[str]) -> list[GistKV]:
+        """Each text's unit: all j item columns, the query at j (compressor "prefix" at budget j)."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self.held and not self._load(t)]
+        if missing:
+            self._compute(missing)
+        out = [self.held[t] for t in texts]
+        for t in texts:
+            self.held.move_to_end(t)
+        while len(self.held) > self.memory_items:
+            self.held.popitem(last=False)
+        return out
+
+    @torch.inference_mode()
+    def _compute(self, texts: list[str], batch_size: int = 4) -> None:
+        reader = self.reader
+        item_ids, truncated = reader.item_ids(texts)
+        for start in range(0, len(texts), batch_size):
+            ids = item_ids[start : start + batch_size]
+            rows = [reader.embed(i) for i in ids]
+            kvs = reader.causal_kv(rows, [torch.arange(len(i), device=reader.device) for i in ids])
+            for text, i, kv, cut in zip(texts[start:], ids, kvs, truncated[start:], strict=False):
+                j = len(i)
+                unit = GistKV(kv, self.fingerprint, "prefix", j, j, j, truncated=cut)
+                self.held[text] = unit
+                if self.folder is not None:
+                    self._path(text).write_bytes(kv_codec.encode(unit, self._key(text)))
+        self.computed += len(texts)
+
+    def _load(self, text: str) -> bool:
+        if self.folder is None or not self._path(text).is_file():
+            return False
+        decoded = kv_codec.decode(
+            self._path(text).read_bytes(), expected_fingerprint=self.fingerprint, dtype=self.reader.kv_dtype
+        )
+        self.held[text] = decoded.kv
+        return True
+
+    @staticmethod
+    def _key(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _path(self, text: str) -> Path:
+        assert self.folder is not None
+        return self.folder / f"{self._key(text)}.kv"
+
+
+def stack_items(units: Sequence[GistKV], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Item units → (K/V (N, L, 2, H_kv, J, h) right-padded with zeros, item lengths j (N,))."""
+    lens = torch.tensor([u.item_tokens for u in units], device=device)
+    width = int(lens.max())
+    padded = [torch.nn.functional.pad(u.kv, (0, 0, 0, width - u.positions)) for u in units]
+    return torch.stack(padded).to(device), lens
+
+
+def reader_scores(reader: GistReranker, query: str, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """The reader's full-context scores (N,) of `query` against item K/V from `stack_items`: the query
+    at position j after all j item columns — `score_full`'s arithmetic without re-running the item."""
+    no_tail = torch.zeros_like(lens)
+    return reader.read_stored(reader.query_tail(query), items, lens, no_tail, lens)
+
+
+def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """The gists' K/V over cached item K/V → (N, L, 2, H_kv, k, h), with gradients into the gist
+    embeddings and adapter: k rows at positions j … j+k-1 (the compression layout), every real item
+    column and the earlier gists visible, the gist adapter on every row (they are all gists)."""
+    n, width, k = items.shape[0], items.shape[4], model.gist.num_gist
+    items = items.to(model.dtype)
+    cache = DynamicCache([(items[:, i, 0], items[:, i, 1]) for i in range(model.num_layers)])
+    positions = lens[:, None] + torch.arange(k, device=model.device)[None]  # (N, k)
+    cols = torch.arange(width, device=model.device)
+    item_cols = (cols[None, None, :] < lens[:, None, None]).expand(-1, k, -1)  # (N, k, J)
+    causal = torch.ones(k, k, dtype=torch.bool, device=model.device).tril()[None].expand(n, -1, -1)
+    allowed = torch.cat([item_cols, causal], dim=2)  # (N, k, J + k)
+    with model.gists_adapted():
+        model.decoder()(
+            inputs_embeds=model.gist_embeddings[None].expand(n, -1, -1),
+            position_ids=positions,
+            attention_mask=layout.additive(allowed, model.dtype),
+            cache=cache,
+            use_cache=True,
+        )
+    return torch.stack(
+        [torch.stack([c.keys[:, :, width:], c.values[:, :, width:]], 1) for c in cache.layers], 1
+    )
+
+
+def student_scores(
+    model: GistReranker, query: str, items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
+) -> torch.Tensor:
+    """Scores (N,) of `query` read by the reader over each item's stored unit — its first p = min(t, j)
+    columns, then its gists' K/V (N, L, 2, H_kv, k, h) — as serving reads it, gradients kept."""
+    prefix_lens = lens.clamp(max=model.gist.keep_item_prefix)
+    p_slots = int(prefix_lens.max())  # a row with p < P shows padding there, which the online mask hides
+    stacked = torch.cat([items[..., :p_slots, :].to(gists.dtype), gists], dim=-2)  # (N, L, 2, H_kv, P+k, h)
+    k = torch.full_like(lens, model.gist.num_gist)
+    return model.read_stored(model.query_tail(query), stacked, prefix_lens, k, lens + k)
+
+
+def listwise_kl(student: torch.Tensor, target: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(softmax(target/τ) ‖ softmax(student/τ)) over one list, × τ² (gradient scale independent of τ)."""
+    p = torch.log_softmax(target / temperature, -1)
+    q = torch.log_softmax(student / temperature, -1)
+    return (p.exp() * (p - q)).sum() * temperature**2
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def pseudo_query(text: str, rng: random.Random, min_words: int = 5, max_words: int = 20) -> str | None:
+    """A sentence of the item, cut to `max_words` words, as a query it should answer (None: none)."""
+    sentences = [s.split() for s in _SENTENCE.split(text)]
+    usable = [s for s in sentences if len(s) >= min_words]
+    return " ".join(rng.choice(usable)[:max_words]) if usable else None
+
+
+# ------------------------------------------------------------------------------------------ training
+class FrozenGistTrainer:
+    """One run: the reader loaded and frozen, the student (reader + gists + adapter) trained by
+    list-wise distillation; `fit` writes `curve.jsonl` and `checkpoint/` into `out`."""
+
+    def __init__(
+        self,
+        cfg: FrozenGistConfig,
+        data: RelevanceSet,
+        out: Path,
+        device: str | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
+        self.cfg, self.out = cfg, Path(out)
+        self.reader = GistReranker.from_pretrained(cfg.reader, device=device)
+        update = {
+            "compressor": "gist",
+            "num_gist": cfg.num_gist,
+            "keep_item_prefix": cfg.keep_item_prefix,
+            "gist_adapter_rank": cfg.adapter_rank,
+            "max_item_tokens": cfg.max_item_tokens or self.reader.gist.max_item_tokens,
+        }
+        gist = GistConfig(**(self.reader.gist.model_dump() | update))
+        if gist.max_item_tokens != self.reader.gist.max_item_tokens:
+            reading = GistConfig(
+                **(self.reader.gist.model_dump() | {"max_item_tokens": gist.max_item_tokens})
+            )
+            self.reader = self.reader.with_gist_config(reading, keep_gists=True)
+        self.model = self.reader.with_gist_config(gist)  # the reader's body, head and score token, shared
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.trained = [self.model.gist_embeddings]
+        if self.model.gist_adapter is not None:
+            self.trained += list(self.model.gist_adapter.parameters())
+        for p in self.trained:
+            p.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW(self.trained, lr=cfg.lr, weight_decay=0.0)
+        self.items = ItemKVCache(self.reader, cache_dir)
+        self.targets: dict[tuple[str, str], float] = {}
+        train = data.split("train")
+        self.lists = [[train.items[i].text for i, _ in train.candidates(q.query_id)] for q in train.queries]
+        self.queries = [q.text for q in train.queries]
+        if not self.lists:
+            raise ValueError("the train split has no query")
+        self.rng = random.Random(cfg.seed)
+        self.step = 0
+        self.pairs = 0
+        self.cpu_seconds = 0.0
+
+    def _draw(self) -> list[tuple[str, list[str]]]:
+        """The step's lists: (query, candidate texts), a real query or a pseudo-query of one candidate."""
+        drawn = []
+        for _ in range(self.cfg.lists_per_step):
+            index = self.rng.randrange(len(self.lists))
+            cands = self.lists[index]
+            cands = self.rng.sample(cands, min(self.cfg.candidates_per_list, len(cands)))
+            query = self.queries[index]
+            if len(cands) > 1 and self.rng.random() < self.cfg.pseudo_fraction:
+                query = pseudo_query(self.rng.choice(cands), self.rng) or query
+            drawn.append((query, cands))
+        return drawn
+
+    def _targets(self, query: str, cands: list[str], items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        if any((query, c) not in self.targets for c in cands):
+            with torch.inference_mode():
+                scores = reader_scores(self.reader, query, items, lens).tolist()
+            self.targets.update(((query, c), s) for c, s in zip(cands, scores, strict=True))
+        return torch.tensor([self.targets[(query, c)] for c in cands], device=self.model.device)
+
+    def train_step(self) -> dict[str, float]:
+        start = time.process_time()
+        drawn = self._draw()
+        texts = list(dict.fromkeys(c for _, cands in drawn for c in cands))
+        units = dict(zip(texts, self.items.get(texts), strict=True))
+        items, lens = stack_items([units[t] for t in texts], self.model.device)
+        gists = gist_kv(self.model, items, lens)  # every item of the step once
+        row = {t: i for i, t in enumerate(texts)}
+        losses, agree = [], []
+        for query, cands in drawn:
+            idx = torch.tensor([row[c] for c in cands], device=self.model.device)
+            target = self._targets(query, cands, items[idx], lens[idx])
+            student = student_scores(self.model, query, items[idx], lens[idx], gists[idx])
+            losses.append(listwise_kl(student, target, self.cfg.temperature))
+            agree.append(float(student.argmax() == target.argmax()))
+        loss = torch.stack(losses).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.trained, 1.0)
+        self.optimizer.step()
+        self.step += 1
+        pairs = sum(len(c) for _, c in drawn)
+        cpu = time.process_time() - start
+        self.pairs, self.cpu_seconds = self.pairs + pairs, self.cpu_seconds + cpu
+        return {
+            "step": self.step,
+            "loss": float(loss.detach()),
+            "top1_agreement": sum(agree) / len(agree),
+            "pairs": pairs,
+            "cpu_seconds": cpu,
+            "items_computed": self.items.computed,
+        }
+
+    def fit(self, progress: bool = True) -> list[dict[str, float]]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        curve = []
+        with (
+            (self.out / CURVE_FILE).open("a") as log,
+            tqdm(total=self.cfg.steps, desc="train gists (frozen reader)", disable=not progress) as bar,
+        ):
+            while self.step < self.cfg.steps:
+                record = self.train_step()
+                curve.append(record)
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                bar.update(1)
+                bar.set_postfix(
+                    loss=f"{record['loss']:.4f}", pairs_per_cpu_s=f"{self.pairs / self.cpu_seconds:.1f}"
+                )
+        self.model.eval().save_pretrained(self.out / "checkpoint")
+        (self.out / "config.json").write_text(self.cfg.model_dump_json(indent=2) + "\n")
+        return curve

@@ -1,0 +1,197 @@
+"""Gists over a frozen reader: the gist adapter acts at gist rows only, the training path reads exactly
+as serving does, no reader weight moves, and a few steps of list-wise distillation beat untrained gists."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ITEMS, QUERY
+
+from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
+from reranker.core.model import GistReranker
+from reranker.training.frozen_reader import (
+    FrozenGistConfig,
+    FrozenGistTrainer,
+    ItemKVCache,
+    gist_kv,
+    listwise_kl,
+    pseudo_query,
+    reader_scores,
+    stack_items,
+    student_scores,
+)
+from reranker.training.relevance_data import Item, Judgment, Query, RelevanceSet
+
+pytestmark = pytest.mark.frozen_gists
+RULES = {
+    "head": {},
+    "query_likelihood": {"score_rule": "query_likelihood", "query_template": LIKELIHOOD_TEMPLATE},
+}
+
+
+def _with_adapter(reader: GistReranker, t: int = 0, rank: int = 4, seed: int = 0) -> GistReranker:
+    """`reader` + k = 3 gists and a gist adapter whose up-projection is random (a fresh one is zero, the
+    reader itself): what a trained student looks like."""
+    gist = GistConfig(
+        **(reader.gist.model_dump() | {"num_gist": 3, "keep_item_prefix": t, "gist_adapter_rank": rank})
+    )
+    model = reader.with_gist_config(gist)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        model.gist_adapter.up.copy_(torch.randn(model.gist_adapter.up.shape, generator=g) * 0.3)
+    return model
+
+
+@pytest.fixture(params=list(RULES))
+def reader(request: pytest.FixtureRequest, tiny_base: Path) -> GistReranker:
+    gist = GistConfig(num_gist=3, max_item_tokens=64, dtype="float32", **RULES[request.param])
+    return GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+
+
+@pytest.mark.parametrize("t", [0, 2])
+def test_online_path_equals_the_masked_forward_with_a_trained_adapter(reader: GistReranker, t: int) -> None:
+    """`score(compress)` equals the reference (item + gists + query under the gist mask, the adapter at
+    gist rows only), and the training path (gists over cached item K/V, read by `read_stored`) equals
+    both — training optimises exactly what serving computes."""
+    model = _with_adapter(reader, t)
+    online = model.score(QUERY, model.compress(ITEMS))
+    reference = model.reference_scores(QUERY, ITEMS)
+    torch.testing.assert_close(online, reference, rtol=1e-4, atol=1e-4)
+    items, lens = stack_items(ItemKVCache(reader).get(ITEMS), model.device)
+    with torch.no_grad():
+        trained = student_scores(model, QUERY, items, lens, gist_kv(model, items, lens))
+    torch.testing.assert_close(trained, online, rtol=1e-4, atol=1e-4)
+    plain = reader.with_gist_config(model.gist)  # the same gists' layout, a fresh (zero) adapter
+    assert not torch.allclose(plain.score(QUERY, plain.compress(ITEMS)), online, atol=1e-3)
+
+
+def test_the_target_is_the_readers_full_context_score(reader: GistReranker) -> None:
+    items, lens = stack_items(ItemKVCache(reader).get(ITEMS), reader.device)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            reader_scores(reader, QUERY, items, lens), reader.score_full(QUERY, ITEMS), rtol=1e-4, atol=1e-4
+        )
+
+
+def test_item_kv_is_the_readers_whatever_the_gist_parameters(reader: GistReranker) -> None:
+    """The reader is really frozen on item rows: in compression's forward (item + gists) the item
+    columns' K/V are the reader's own, with a trained adapter or none; the gists' are not."""
+    adapted = _with_adapter(reader)
+    plain = reader.with_gist_config(adapted.gist)  # the same layout, a fresh (zero) adapter
+    item_ids, _ = reader.item_ids(ITEMS)
+    k = adapted.gist.num_gist
+    rows = [torch.cat([adapted.embed(ids), adapted.gist_embeddings]) for ids in item_ids]
+    every = [torch.arange(len(ids) + k) for ids in item_ids]
+    with torch.no_grad():
+        kv_adapted = adapted.causal_kv(rows, every, gist_rows=k)
+        kv_plain = plain.causal_kv(rows, every, gist_rows=k)
+        alone = reader.causal_kv(
+            [reader.embed(ids) for ids in item_ids], [torch.arange(len(i)) for i in item_ids]
+        )
+    for a, b, item, ids in zip(kv_adapted, kv_plain, alone, item_ids, strict=True):
+        j = len(ids)
+        torch.testing.assert_close(a[..., :j, :], item, rtol=0, atol=1e-6)
+        torch.testing.assert_close(b[..., :j, :], item, rtol=0, atol=1e-6)
+        assert not torch.allclose(a[..., j:, :], b[..., j:, :], atol=1e-4)  # the adapter acts on gists
+
+
+def _toy_set() -> RelevanceSet:
+    """16 items of distinct words, 8 train and 4 test queries with 6 candidates each."""
+    rng = random.Random(0)
+    words = [
+        "kettle",
+        "phone",
+        "laptop",
+        "camera",
+        "drill",
+        "blender",
+        "jacket",
+        "tent",
+        "lamp",
+        "chair",
+        "watch",
+        "guitar",
+        "bike",
+        "helmet",
+        "scarf",
+        "mixer",
+    ]
+    colours = ["red", "blue", "green", "black"]
+    items = {
+        f"i{n}": Item(
+            item_id=f"i{n}",
+            title=f"{colours[n % 4]} {w}",
+            description=f"A {colours[n % 4]} {w} made of steel. It ships in {n + 2} days. Sold by Acme.",
+        )
+        for n, w in enumerate(words)
+    }
+    queries, judgments = [], []
+    for q in range(12):
+        target = rng.randrange(16)
+        cands = [target, *rng.sample([i for i in range(16) if i != target], 5)]
+        queries.append(
+            Query(
+                query_id=f"q{q}",
+                text=f"{colours[target % 4]} {words[target]}",
+                split="train" if q < 8 else "test",
+            )
+        )
+        judgments += [Judgment(query_id=f"q{q}", item_id=f"i{i}", label=int(i == target)) for i in cands]
+    return RelevanceSet(items=items, queries=queries, judgments=judgments)
+
+
+def _mean_kl(model: GistReranker, reader: GistReranker, data: RelevanceSet) -> float:
+    """Mean list-wise KL to the reader over the test split's lists, through the online path."""
+    test, kls = data.split("test"), []
+    for q in test.queries:
+        texts = [test.items[i].text for i, _ in test.candidates(q.query_id)]
+        kls.append(
+            float(
+                listwise_kl(model.score(q.text, model.compress(texts)), reader.score_full(q.text, texts), 1.0)
+            )
+        )
+    return sum(kls) / len(kls)
+
+
+def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_weight(
+    tiny_base: Path, tmp_path: Path
+) -> None:
+    data = _toy_set()
+    reader_path = GistReranker.from_pretrained(
+        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
+    ).save_pretrained(tmp_path / "reader")
+    cfg = FrozenGistConfig(
+        reader=str(reader_path),
+        num_gist=4,
+        adapter_rank=4,
+        steps=80,
+        lists_per_step=4,
+        candidates_per_list=6,
+        lr=2e-2,
+    )
+    trainer = FrozenGistTrainer(cfg, data, tmp_path / "run", device="cpu")
+    body_before = {n: p.detach().clone() for n, p in trainer.reader.named_parameters()}
+    untrained = _mean_kl(trainer.model, trainer.reader, data)
+    record = trainer.train_step()
+    trained_names = {"gist_embeddings", "gist_adapter.down", "gist_adapter.up"}
+    for name, p in trainer.model.named_parameters():
+        assert (p.grad is not None) == (name in trained_names), name  # no reader weight gets a gradient
+    curve = [record, *trainer.fit(progress=False)]
+    assert len(curve) == cfg.steps
+    assert trainer.items.computed == len(trainer.items.held) <= 16  # each item's forward ran once
+    for name, p in trainer.reader.named_parameters():
+        torch.testing.assert_close(p, body_before[name], rtol=0, atol=0)
+    trained = GistReranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
+    assert trained.gist.gist_adapter_rank == 4 and trained.fingerprint == trainer.model.fingerprint
+    after = _mean_kl(trained, trainer.reader, data)
+    # measured: 0.118 → 0.051; at lr 1e-6 (no learning) it stays at 0.118
+    assert after < 0.6 * untrained, (untrained, after)
+
+
+def test_pseudo_queries_are_sentences_of_the_item() -> None:
+    text = "Red kettle. It boils water in two minutes flat, quietly. Short one."
+    assert pseudo_query(text, random.Random(0)) == "It boils water in two minutes flat, quietly."
+    assert pseudo_query("Too short.", random.Random(0)) is None
