@@ -141,6 +141,29 @@ def bench_store(
     )
 
 
+@app.command(name="bench-training")
+def bench_training(
+    base: Base = DEFAULT_BASE,
+    num_gist: NumGist = 16,
+    item_tokens: Annotated[int, typer.Option(help="j: tokens per synthetic item")] = 1024,
+    lists: Annotated[int, typer.Option(help="candidate lists per step")] = 2,
+    candidates: Annotated[int, typer.Option(help="candidates per list")] = 4,
+    lora_rank: Annotated[int, typer.Option(help="LoRA rank of the every-position recipe")] = 8,
+    adapter_rank: Annotated[int, typer.Option(help="gist adapter rank of the frozen-reader recipe")] = 8,
+    dtype: DType = "auto",
+    steps: Annotated[int, typer.Option(min=1, help="timed steps per recipe, after one warm-up step")] = 2,
+    workdir: Annotated[Path, typer.Option(help="the two runs' folders")] = Path("var/bench-training"),
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_training.json"),
+) -> None:
+    """Gist training pairs per CPU-second: back-propagating through every item position (LoRA body)
+    vs gists over a frozen reader's cached item K/V, same lists, side by side."""
+    from reranker.bench.training import run_training_bench
+
+    run_training_bench(
+        base, num_gist, item_tokens, lists, candidates, lora_rank, adapter_rank, dtype, steps, out, workdir
+    )
+
+
 @app.command(name="bench-serving")
 def bench_serving(
     base: Base = DEFAULT_BASE,
@@ -337,6 +360,65 @@ def train(
     curve = trainer.fit()
     steps_done = f"{len(curve)} step" + ("" if len(curve) == 1 else "s")
     typer.echo(f"{steps_done}, last loss {curve[-1]['loss']:.4f}; checkpoint: {out / 'checkpoint'}")
+
+
+@app.command(name="train-gists")
+def train_gists(
+    out: Annotated[Path, typer.Option(help="run folder: checkpoint/, curve.jsonl, config.json")],
+    reader: Annotated[
+        str,
+        typer.Option(
+            help="the frozen full-context reader the gists must match: a preset, base or checkpoint "
+            "(default: the default model's reader, the untouched base by query likelihood)"
+        ),
+    ] = DEFAULT_MODEL,
+    data: Data = "synthetic",
+    seed: int = 0,
+    products: Annotated[int, typer.Option(help="synthetic catalog size (product families)")] = 200,
+    num_gist: NumGist = 16,
+    keep_item_prefix: Annotated[int, typer.Option(help="t: raw item tokens stored before the gists")] = 0,
+    adapter_rank: Annotated[int, typer.Option(help="gist adapter rank (0: gist embeddings only)")] = 8,
+    max_item_tokens: Annotated[
+        int | None, typer.Option(help="item tokens read (default: the reader's)")
+    ] = None,
+    steps: Annotated[int, typer.Option(min=1)] = 200,
+    config: Annotated[Path | None, typer.Option(help="JSON file of further FrozenGistConfig fields")] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="keep the reader's item K/V here (codec blobs) instead of in RAM")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda when present)")] = None,
+) -> None:
+    """Train gists over a frozen reader: its item K/V computed once, the gists and their adapter
+    distilled list-wise to its full-context scores (reranker/training/frozen_reader.py)."""
+    from pydantic import ValidationError
+
+    from reranker.training.frozen_reader import FrozenGistConfig, FrozenGistTrainer
+
+    relevance = _load_data(data, seed, products, max_item_tokens or 1024)
+    extra = json.loads(config.read_text()) if config else {}
+    try:
+        cfg = FrozenGistConfig(
+            **{
+                "reader": reader,
+                "num_gist": num_gist,
+                "keep_item_prefix": keep_item_prefix,
+                "adapter_rank": adapter_rank,
+                "max_item_tokens": max_item_tokens,
+                "steps": steps,
+                "seed": seed,
+            }
+            | extra
+        )
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise typer.BadParameter(problems) from err
+    trainer = FrozenGistTrainer(cfg, relevance, out, device=device, cache_dir=cache_dir)
+    curve = trainer.fit()
+    rate = trainer.pairs / max(trainer.cpu_seconds, 1e-9)
+    typer.echo(
+        f"{len(curve)} steps, last loss {curve[-1]['loss']:.4f}, {rate:.1f} pairs per CPU-second; "
+        f"checkpoint: {out / 'checkpoint'}"
+    )
 
 
 @app.command()

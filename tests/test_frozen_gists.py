@@ -3,6 +3,7 @@ as serving does, no reader weight moves, and a few steps of list-wise distillati
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -195,3 +196,63 @@ def test_pseudo_queries_are_sentences_of_the_item() -> None:
     text = "Red kettle. It boils water in two minutes flat, quietly. Short one."
     assert pseudo_query(text, random.Random(0)) == "It boils water in two minutes flat, quietly."
     assert pseudo_query("Too short.", random.Random(0)) is None
+
+
+def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
+    tiny_base: Path, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from reranker.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "run"
+    args = [
+        "train-gists",
+        "--out",
+        str(out),
+        "--reader",
+        str(tiny_base),
+        "--products",
+        "4",
+        "--num-gist",
+        "2",
+    ]
+    args += [
+        "--adapter-rank",
+        "2",
+        "--max-item-tokens",
+        "48",
+        "--steps",
+        "3",
+        "--cache-dir",
+        str(tmp_path / "kv"),
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    model = GistReranker.from_pretrained(out / "checkpoint", device="cpu")
+    assert (model.gist.compressor, model.gist.num_gist, model.gist.gist_adapter_rank) == ("gist", 2, 2)
+    assert len(list((tmp_path / "kv").glob("*.kv"))) > 0  # the reader's item K/V, kept as codec blobs
+    assert len((out / "curve.jsonl").read_text().splitlines()) == 3
+
+    bench = tmp_path / "bench.json"
+    args = [
+        "bench-training",
+        "--base",
+        str(tiny_base),
+        "--num-gist",
+        "2",
+        "--item-tokens",
+        "40",
+        "--dtype",
+        "float32",
+    ]
+    args += ["--steps", "1", "--workdir", str(tmp_path / "w"), "--out", str(bench)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    every, frozen = json.loads(bench.read_text())["rows"]
+    assert (
+        every["speedup"] == 1.0 and frozen["speedup"] == frozen["pairs_per_cpu_s"] / every["pairs_per_cpu_s"]
+    )
+    assert frozen["backprop_positions_per_pair"] < every["backprop_positions_per_pair"]
+    assert "pairs/CPU-s" in result.output

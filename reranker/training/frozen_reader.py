@@ -44,6 +44,7 @@ from transformers import DynamicCache
 
 from reranker.core import kv_codec, layout
 from reranker.core.config import GistConfig
+from reranker.core.errors import QueryTooLongError
 from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker
 from reranker.training.relevance_data import RelevanceSet
@@ -259,9 +260,19 @@ class FrozenGistTrainer:
             cands = self.rng.sample(cands, min(self.cfg.candidates_per_list, len(cands)))
             query = self.queries[index]
             if len(cands) > 1 and self.rng.random() < self.cfg.pseudo_fraction:
-                query = pseudo_query(self.rng.choice(cands), self.rng) or query
+                query = self._askable(pseudo_query(self.rng.choice(cands), self.rng)) or query
             drawn.append((query, cands))
         return drawn
+
+    def _askable(self, query: str | None) -> str | None:
+        """`query` when the reader takes it (within max_query_tokens), else None."""
+        if query is None:
+            return None
+        try:
+            self.model.query_ids(query)
+        except QueryTooLongError:
+            return None
+        return query
 
     def _targets(self, query: str, cands: list[str], items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         if any((query, c) not in self.targets for c in cands):
