@@ -382,6 +382,9 @@ def train_gists(
         int | None, typer.Option(help="item tokens read (default: the reader's)")
     ] = None,
     steps: Annotated[int, typer.Option(min=1)] = 200,
+    max_queries: Annotated[
+        int | None, typer.Option(min=1, help="the first N train queries only (a slice sized to the CPU)")
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="JSON file of further FrozenGistConfig fields")] = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="keep the reader's item K/V here (codec blobs) instead of in RAM")
@@ -394,7 +397,7 @@ def train_gists(
 
     from reranker.training.frozen_reader import FrozenGistConfig, FrozenGistTrainer
 
-    relevance = _load_data(data, seed, products, max_item_tokens or 1024)
+    relevance = _load_data(data, seed, products, max_item_tokens or 1024).split("train", max_queries)
     extra = json.loads(config.read_text()) if config else {}
     try:
         cfg = FrozenGistConfig(

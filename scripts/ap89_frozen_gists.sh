@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Gists over a frozen reader on real long documents: AP newswire 1989, trained on TREC topics 1-50
+# (their judged articles, 20 a topic), evaluated on the dev topics 51-100 against prefix caching at the
+# same budget, the untrained gists and BM25, all read by the default model's reader (the untouched
+# base by query likelihood, items up to 1024 tokens); the reference is that reader's full context.
+# Needs the AP89 build (shared/data/trec-ap89/README.md) in data/trec-ap89; its text is never
+# committed. CPU sized by TRAIN_QUERIES (train topics whose articles' K/V is computed once), STEPS and
+# MAX_QUERIES (dev topics); DEVICE=cuda trains on a GPU (eval uses CUDA whenever present).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
+SRC=data/trec-ap89
+SET=data/ap89-judged-20
+OUT=runs/ap89
+K=${K:-64}
+STEPS=${STEPS:-200}
+TRAIN_QUERIES=${TRAIN_QUERIES:-20}
+MAX_QUERIES=${MAX_QUERIES:-12}
+DEVICE=${DEVICE:-cpu}
+READER="gistrank-base-ql-prefix64"  # the default model; its reader is the frozen reader here
+BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
+RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS
+
+[ -d "$SET" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \
+  --qrels "$SRC/qrels.txt" --query-field title --candidates judged:20 --out "$SET"
+[ -d "$RUN/checkpoint" ] || "$GISTRANK" train-gists --reader "$READER" --data "$SET" \
+  --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \
+  --device "$DEVICE" --out "$RUN"
+"$GISTRANK" eval --data "$SET" --split dev --max-queries "$MAX_QUERIES" \
+  --teacher "$BASE_QL" --student "$RUN/checkpoint" --prefix-k "$K" \
+  --out "$OUT/judged-20-dev-gists-k$K" --run-dir "$OUT/judged-20-dev/runs"
