@@ -68,6 +68,12 @@ class GistConfig(BaseModel):
         description="gist: rank of the residual adapter that acts at gist rows only (core/gist_adapter.py); "
         "0 = none, the gists are read by the body exactly as it reads any token",
     )
+    select_scorer: Literal["snapkv", "kvzip"] = Field(
+        "snapkv",
+        description="select: what decides a column's importance — 'snapkv' = the attention the item's last "
+        "select_window tokens and the query's lead-in pay it (query-aware); 'kvzip' = the most attention "
+        "any row of a teacher-forced repeat of the item pays it (query-agnostic, KVzip)",
+    )
     select_window: int = Field(16, ge=0, description="select: the item's last tokens that observe it")
     select_pool: int = Field(
         7, ge=1, description="select: odd window of positions whose attention is averaged"

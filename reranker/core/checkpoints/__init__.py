@@ -59,6 +59,7 @@ SPEC_SETTINGS = (
     "max_item_tokens",
     "select_window",
     "select_pool",
+    "select_scorer",
     "score_rule",
     "query_template",
 )

@@ -12,6 +12,12 @@ prefix) is summed over rows and over the query heads of each KV head, average-po
 columns are kept in position order. The suffix never changes the item's K/V (causal), so it is not
 stored.
 
+`select_scorer="kvzip"` (KVzip, arXiv 2505.23416) observes with a teacher-forced reconstruction instead:
+the suffix is a repeat prompt and the item's tokens again, and a column's importance is the most
+attention any reconstruction row (in any query head of its KV head) pays it. It asks what the item
+needs to be restated, not what one query reads, so the kept columns serve queries nobody has asked
+yet — the stored unit's situation. It costs a forward of about 2j positions, j of them eager.
+
 Stored unit, as for gists: `(L, 2, H_kv, p + s, h)` with p = min(t, j) raw prefix columns and
 s = min(k, j - p) selected columns; keys keep the rotation of their original positions. An item no
 longer than t + k keeps every position. Online, the query is numbered from the item's end, j + i,
@@ -35,6 +41,9 @@ if TYPE_CHECKING:
     from reranker.core.model import GistReranker
 
 
+REPEAT_PROMPT = "\n\nRepeat the previous context exactly.\n"  # KVzip's reconstruction prompt
+
+
 def observation_suffix(model: nn.Module) -> list[int]:
     """Token ids appended after the item to observe it: the query template's text before {query}."""
     lead = model.gist.query_template.partition("{query}")[0]
@@ -51,6 +60,13 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         base.set_attn_implementation(before)
+
+
+def _repeat_suffix(model: nn.Module, item_ids: list[int]) -> list[int]:
+    """KVzip's observation rows: a repeat prompt, then the item's tokens again (BOS dropped)."""
+    prompt = model.tokenizer(REPEAT_PROMPT, add_special_tokens=False)["input_ids"]
+    bos = model.tokenizer.bos_token_id
+    return prompt + (item_ids[1:] if bos is not None and item_ids[:1] == [bos] else item_ids)
 
 
 def attention_layers(model: nn.Module) -> list[nn.Module]:
@@ -78,27 +94,36 @@ def _select(
 ) -> list[dict[int, tuple[torch.Tensor, torch.Tensor]]]:
     t, window = model.gist.keep_item_prefix, model.gist.select_window
     budgets = sorted(set(budgets or [model.gist.num_gist]))
-    suffix = observation_suffix(model)
+    kvzip = model.gist.select_scorer == "kvzip"
     lens = [len(ids) for ids in item_ids]
-    rows = [model.embed(ids + suffix) for ids in item_ids]
+    # the rows that observe each item, appended after it: its last `window` tokens + the query's lead-in
+    # (SnapKV: what a query reads), or a repeat prompt + the item again, teacher-forced (KVzip: what
+    # reconstructing the item needs, whatever the query)
+    suffixes = [_repeat_suffix(model, ids) if kvzip else observation_suffix(model) for ids in item_ids]
+    rows = [model.embed(ids + suffix) for ids, suffix in zip(item_ids, suffixes, strict=True)]
     seq_lens = torch.tensor([r.shape[0] for r in rows], device=model.device)
     total = int(seq_lens.max())
     pads = (total - seq_lens).tolist()
     observers = torch.zeros(len(lens), total, device=model.device)  # (N, S): 1 on observation rows
     for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
-        observers[i, pad + max(0, j - window) :] = 1.0  # the item's last tokens + the suffix
+        observers[i, pad + (j if kvzip else max(0, j - window)) :] = 1.0
     group = model.lm.config.num_attention_heads // model.num_kv_heads
     # every observation row lies in the last `observed` slots (rows end in the last slot): only those
     # run with eager attention and form weights (`left_padded_forward`)
-    observed = min(window + len(suffix), total)
+    observed = min(max(len(s) for s in suffixes) + (0 if kvzip else window), total)
     mass: list[torch.Tensor] = []  # per layer (N, H_kv, S): attention the observers pay each column
 
     def observe(_module: nn.Module, _args: object, output: tuple) -> tuple:
         if output[1] is None:  # the part before the observation rows: no weights formed
             return output
         weights = output[1].float()  # (N, H_q, observed, S)
-        per_head = torch.einsum("nhqs,nq->nhs", weights, observers[:, total - observed :])  # (N, H_q, S)
-        mass.append(per_head.view(len(lens), -1, group, total).sum(2))
+        rows_of = observers[:, total - observed :]  # (N, observed)
+        if kvzip:  # a column matters if any reconstruction row, in any head of the group, needs it
+            per_head = (weights * rows_of[:, None, :, None]).amax(2)  # (N, H_q, S)
+            mass.append(per_head.view(len(lens), -1, group, total).amax(2))
+        else:  # SnapKV: the attention mass the window pays a column, summed over the group
+            per_head = torch.einsum("nhqs,nq->nhs", weights, rows_of)  # (N, H_q, S)
+            mass.append(per_head.view(len(lens), -1, group, total).sum(2))
         return (output[0], None)  # drop the weights at once
 
     # no output_attentions: eager attention modules return their weights anyway, and asking for them

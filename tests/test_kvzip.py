@@ -1,0 +1,58 @@
+"""KVzip-style selection: columns chosen by a teacher-forced reconstruction of the item, not by a
+query's lead-in; the same per-head-masked reference as SnapKV-style selection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ITEMS, QUERY
+
+from reranker.core.compressors.select import selected_columns
+from reranker.core.config import GistConfig, template_for
+from reranker.core.model import GistReranker
+
+pytestmark = [pytest.mark.kvzip, pytest.mark.select]
+
+
+def kvzip(base: Path, k: int = 4, t: int = 0, **extra: object) -> GistReranker:
+    gist = GistConfig(
+        num_gist=k, keep_item_prefix=t, compressor="select", select_scorer="kvzip", dtype="float32", **extra
+    )
+    return GistReranker.from_pretrained(base, gist, device="cpu")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("t", [0, 5])
+@pytest.mark.parametrize("rule", ["head", "query_likelihood"])
+def test_kvzip_selection_equals_its_per_head_masked_forward(
+    tiny_bases: dict[str, Path], arch: str, t: int, rule: str
+) -> None:
+    model = kvzip(tiny_bases[arch], t=t, score_rule=rule, **template_for(rule))
+    kvs = model.compress(ITEMS, batch_size=3)  # mixed lengths, two batches, one item shorter than t + k
+    torch.testing.assert_close(
+        model.score(QUERY, kvs), model.reference_scores(QUERY, ITEMS), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_kvzip_keeps_the_same_columns_whatever_the_query_template(tiny_base: Path) -> None:
+    """Query-agnostic: the template's lead-in (what SnapKV observes) does not move KVzip's choice."""
+    item_ids = kvzip(tiny_base).item_ids(ITEMS)[0]
+    plain = selected_columns(kvzip(tiny_base), item_ids)
+    other = selected_columns(
+        kvzip(tiny_base, query_template="\nSearch request, in full: {query}\n"), item_ids
+    )
+    for a, b in zip(plain, other, strict=True):
+        assert torch.equal(a, b)
+    snap = GistConfig(num_gist=4, compressor="select", dtype="float32")
+    snapkv = GistReranker.from_pretrained(tiny_base, snap, device="cpu")
+    chosen = selected_columns(snapkv, item_ids)
+    assert any(not torch.equal(a, b) for a, b in zip(plain, chosen, strict=True))  # the scorer matters
+
+
+def test_kvzip_is_part_of_the_fingerprint(tiny_base: Path) -> None:
+    """K/V kept by one scorer must not be read as the other's (the default leaves existing fingerprints
+    as they were: tests/test_fingerprint.py pins the shipped ones)."""
+    snap = GistReranker.from_pretrained(tiny_base, GistConfig(compressor="select"), device="cpu")
+    assert kvzip(tiny_base).fingerprint != snap.fingerprint
