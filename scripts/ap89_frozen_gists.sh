@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Gists over a frozen reader on real long documents: AP newswire 1989, trained on TREC topics 1-50
 # (their judged articles, 20 a topic), evaluated on the dev topics 51-100 against prefix caching at the
-# same budget, the untrained gists and BM25, all read by the default model's reader (the untouched
-# base by query likelihood, items up to 1024 tokens); the reference is that reader's full context.
+# same budget, the untrained gists, SnapKV- and KVzip-style selection and BM25, all read by the default
+# model's reader (the untouched base by query likelihood, items up to 1024 tokens); the reference is
+# that reader's full context.
 # Needs the AP89 build (shared/data/trec-ap89/README.md) in data/trec-ap89; its text is never
 # committed. CPU sized by TRAIN_QUERIES (train topics whose articles' K/V is computed once), STEPS and
 # MAX_QUERIES (dev topics); DEVICE=cuda trains on a GPU (eval uses CUDA whenever present).
@@ -28,4 +29,6 @@ RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS
   --device "$DEVICE" --out "$RUN"
 "$GISTRANK" eval --data "$SET" --split dev --max-queries "$MAX_QUERIES" \
   --teacher "$BASE_QL" --student "$RUN/checkpoint" --prefix-k "$K" \
+  --student "$BASE_QL&compressor=select&num_gist=$K" \
+  --student "$BASE_QL&compressor=select&select_scorer=kvzip&num_gist=$K" \
   --out "$OUT/judged-20-dev-gists-k$K" --run-dir "$OUT/judged-20-dev/runs"
