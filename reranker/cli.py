@@ -385,6 +385,7 @@ def train_gists(
     max_queries: Annotated[
         int | None, typer.Option(min=1, help="the first N train queries only (a slice sized to the CPU)")
     ] = None,
+    minutes: Annotated[float | None, typer.Option(help="stop after this much wall time")] = None,
     config: Annotated[Path | None, typer.Option(help="JSON file of further FrozenGistConfig fields")] = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="keep the reader's item K/V here (codec blobs) instead of in RAM")
@@ -408,6 +409,7 @@ def train_gists(
                 "adapter_rank": adapter_rank,
                 "max_item_tokens": max_item_tokens,
                 "steps": steps,
+                "max_minutes": minutes,
                 "seed": seed,
             }
             | extra

@@ -18,6 +18,7 @@ STEPS=${STEPS:-200}
 TRAIN_QUERIES=${TRAIN_QUERIES:-20}
 MAX_QUERIES=${MAX_QUERIES:-12}
 DEVICE=${DEVICE:-cpu}
+MINUTES=${MINUTES:-}  # a fixed wall-time slot (e.g. one lent GPU): training stops there, whatever STEPS says
 READER="gistrank-base-ql-prefix64"  # the default model; its reader is the frozen reader here
 BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
 RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS
@@ -26,7 +27,7 @@ RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS
   --qrels "$SRC/qrels.txt" --query-field title --candidates judged:20 --out "$SET"
 [ -d "$RUN/checkpoint" ] || "$GISTRANK" train-gists --reader "$READER" --data "$SET" \
   --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \
-  --device "$DEVICE" --out "$RUN"
+  --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} --out "$RUN"
 "$GISTRANK" eval --data "$SET" --split dev --max-queries "$MAX_QUERIES" \
   --teacher "$BASE_QL" --student "$RUN/checkpoint" --prefix-k "$K" \
   --student "$BASE_QL&compressor=select&num_gist=$K" \

@@ -63,6 +63,9 @@ class FrozenGistConfig(BaseModel):
     adapter_rank: int = Field(8, ge=0, description="rank of the gist adapter (0: gist embeddings only)")
     max_item_tokens: int | None = Field(None, ge=1, description="item tokens read (default: the reader's)")
     steps: int = Field(200, ge=1)
+    max_minutes: float | None = Field(
+        None, gt=0, description="stop after this much wall time, whatever `steps` says (a fixed GPU slot)"
+    )
     lists_per_step: int = Field(4, ge=1, description="candidate lists per step")
     candidates_per_list: int = Field(8, ge=2)
     pseudo_fraction: float = Field(
@@ -317,11 +320,12 @@ class FrozenGistTrainer:
     def fit(self, progress: bool = True) -> list[dict[str, float]]:
         self.out.mkdir(parents=True, exist_ok=True)
         curve = []
+        deadline = None if self.cfg.max_minutes is None else time.monotonic() + 60 * self.cfg.max_minutes
         with (
             (self.out / CURVE_FILE).open("a") as log,
             tqdm(total=self.cfg.steps, desc="train gists (frozen reader)", disable=not progress) as bar,
         ):
-            while self.step < self.cfg.steps:
+            while self.step < self.cfg.steps and (deadline is None or time.monotonic() < deadline):
                 record = self.train_step()
                 curve.append(record)
                 log.write(json.dumps(record) + "\n")
