@@ -148,6 +148,9 @@ def bench_training(
     item_tokens: Annotated[int, typer.Option(help="j: tokens per synthetic item")] = 1024,
     lists: Annotated[int, typer.Option(help="candidate lists per step")] = 2,
     candidates: Annotated[int, typer.Option(help="candidates per list")] = 4,
+    queries_per_list: Annotated[
+        int, typer.Option(help="queries the frozen recipe asks of each list (its own + pseudo-queries)")
+    ] = 4,
     lora_rank: Annotated[int, typer.Option(help="LoRA rank of the every-position recipe")] = 8,
     adapter_rank: Annotated[int, typer.Option(help="gist adapter rank of the frozen-reader recipe")] = 8,
     dtype: DType = "auto",
@@ -160,7 +163,18 @@ def bench_training(
     from reranker.bench.training import run_training_bench
 
     run_training_bench(
-        base, num_gist, item_tokens, lists, candidates, lora_rank, adapter_rank, dtype, steps, out, workdir
+        base,
+        num_gist,
+        item_tokens,
+        lists,
+        candidates,
+        queries_per_list,
+        lora_rank,
+        adapter_rank,
+        dtype,
+        steps,
+        out,
+        workdir,
     )
 
 

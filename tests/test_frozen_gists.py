@@ -188,7 +188,7 @@ def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_wei
     trained = GistReranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
     assert trained.gist.gist_adapter_rank == 4 and trained.fingerprint == trainer.model.fingerprint
     after = _mean_kl(trained, trainer.reader, data)
-    # measured: 0.118 → 0.051; at lr 1e-6 (no learning) it stays at 0.118
+    # measured: 0.118 → 0.053; at lr 1e-6 (no learning) it stays at 0.117
     assert after < 0.6 * untrained, (untrained, after)
 
 
@@ -250,9 +250,10 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     args += ["--steps", "1", "--workdir", str(tmp_path / "w"), "--out", str(bench)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    every, frozen = json.loads(bench.read_text())["rows"]
-    assert (
-        every["speedup"] == 1.0 and frozen["speedup"] == frozen["pairs_per_cpu_s"] / every["pairs_per_cpu_s"]
-    )
-    assert frozen["backprop_positions_per_pair"] < every["backprop_positions_per_pair"]
+    every, *frozen = json.loads(bench.read_text())["rows"]
+    assert every["speedup"] == 1.0 and every["backprop_positions_per_pair"] == "42 + ℓ"  # j + k
+    assert [r["backprop_positions_per_pair"] for r in frozen] == ["2 + ℓ", "2 + ℓ"]  # k
+    for row in frozen:
+        assert row["pairs"] > 0 and row["speedup"] == row["pairs_per_cpu_s"] / every["pairs_per_cpu_s"]
+    assert frozen[1]["pairs"] > frozen[0]["pairs"]  # pseudo-queries: more pairs from the same lists
     assert "pairs/CPU-s" in result.output

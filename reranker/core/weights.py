@@ -142,6 +142,7 @@ class GistWeights(nn.Module):
         compressor: str | None = None,
         num_gist: int | None = None,
         max_item_tokens: int | None = None,
+        device: str | None = None,
     ) -> Self:
         """The model a command's `--model` names — checkpoint, preset or base (alias, folder,
         `REF?settings`) — read with the settings given over its own (None keeps the model's): the one
@@ -151,8 +152,9 @@ class GistWeights(nn.Module):
         default); a checkpoint keeps the dtype it was trained with, and naming another is an error."""
         spec = model_spec(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
         if not is_checkpoint(spec):
-            return cls.from_pretrained(spec, GistConfig(**({"dtype": resolve_dtype(dtype)} if dtype else {})))
-        model = cls.from_pretrained(spec)
+            gist = GistConfig(**({"dtype": resolve_dtype(dtype)} if dtype else {}))
+            return cls.from_pretrained(spec, gist, device=device)
+        model = cls.from_pretrained(spec, device=device)
         if dtype not in (None, "auto") and model.gist.dtype != dtype:
             raise ValueError(f"{ref} was trained with dtype={model.gist.dtype}, not {dtype}")
         return model

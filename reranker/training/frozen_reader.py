@@ -68,9 +68,13 @@ class FrozenGistConfig(BaseModel):
     )
     lists_per_step: int = Field(4, ge=1, description="candidate lists per step")
     candidates_per_list: int = Field(8, ge=2)
-    pseudo_fraction: float = Field(
-        0.5, ge=0.0, le=1.0, description="share of lists asked by a sentence of one candidate"
+    queries_per_list: int = Field(
+        4,
+        ge=1,
+        description="queries each drawn list is asked: its own, then sentences of its candidates "
+        "(pseudo-queries); the gists of a list's items run once for all of them",
     )
+    dtype: str | None = Field(None, description="storage dtype of a base reader (auto: this machine's)")
     temperature: float = Field(1.0, gt=0.0, description="τ of the list-wise KL")
     lr: float = Field(1e-3, gt=0.0)
     seed: int = 0
@@ -219,7 +223,7 @@ class FrozenGistTrainer:
         cache_dir: Path | None = None,
     ) -> None:
         self.cfg, self.out = cfg, Path(out)
-        self.reader = GistReranker.from_pretrained(cfg.reader, device=device)
+        self.reader = GistReranker.read(cfg.reader, cfg.dtype, device=device)
         update = {
             "compressor": "gist",
             "num_gist": cfg.num_gist,
@@ -255,27 +259,31 @@ class FrozenGistTrainer:
         self.cpu_seconds = 0.0
 
     def _draw(self) -> list[tuple[str, list[str]]]:
-        """The step's lists: (query, candidate texts), a real query or a pseudo-query of one candidate."""
+        """The step's (query, candidate texts): each drawn list asked by its own query, then by
+        pseudo-queries, a sentence of one of its candidates each."""
         drawn = []
         for _ in range(self.cfg.lists_per_step):
             index = self.rng.randrange(len(self.lists))
-            cands = self.lists[index]
-            cands = self.rng.sample(cands, min(self.cfg.candidates_per_list, len(cands)))
-            query = self.queries[index]
-            if len(cands) > 1 and self.rng.random() < self.cfg.pseudo_fraction:
-                query = self._askable(pseudo_query(self.rng.choice(cands), self.rng)) or query
-            drawn.append((query, cands))
+            cands = self.rng.sample(
+                self.lists[index], min(self.cfg.candidates_per_list, len(self.lists[index]))
+            )
+            drawn.append((self.queries[index], cands))
+            sources = self.rng.sample(cands, min(self.cfg.queries_per_list - 1, len(cands)))
+            asked = (self._askable(pseudo_query(source, self.rng)) for source in sources)
+            drawn += [(query, cands) for query in asked if query is not None]
         return drawn
 
-    def _askable(self, query: str | None) -> str | None:
-        """`query` when the reader takes it (within max_query_tokens), else None."""
-        if query is None:
-            return None
-        try:
-            self.model.query_ids(query)
-        except QueryTooLongError:
-            return None
-        return query
+    def _askable(self, query: str | None, min_words: int = 3) -> str | None:
+        """`query`, its last words dropped until the reader takes it (max_query_tokens); None when
+        fewer than `min_words` would be left."""
+        words = (query or "").split()
+        while len(words) >= min_words:
+            try:
+                self.model.query_ids(" ".join(words))
+                return " ".join(words)
+            except QueryTooLongError:
+                words.pop()
+        return None
 
     def _targets(self, query: str, cands: list[str], items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         if any((query, c) not in self.targets for c in cands):
