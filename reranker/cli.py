@@ -181,8 +181,8 @@ Data = Annotated[
 
 def _load_data(data: str, seed: int, products: int, max_item_tokens: int):  # -> RelevanceSet
     from reranker.core.errors import GistRankError
-    from reranker.training.data_synth import generate
-    from reranker.training.relevance_data import RelevanceSet, load_relevance_file
+    from reranker.data.data_synth import generate
+    from reranker.data.relevance_data import RelevanceSet, load_relevance_file
 
     if data == "synthetic":
         return generate(seed, products, queries_per_product=4, length_tokens=(100, max(120, max_item_tokens)))
@@ -227,7 +227,7 @@ def data_import_trec(
     import time
 
     from reranker.core.errors import GistRankError
-    from reranker.training.trec import import_trec, write_summary
+    from reranker.data.trec import import_trec, write_summary
 
     if query_field not in ("title", "desc"):
         raise typer.BadParameter("must be title or desc", param_hint="--query-field")
@@ -257,7 +257,7 @@ def data_import_file(
     """A relevance set directory from a flat file (what --data FILE reads), with label mapping and
     duplicate merging that --data FILE does not do."""
     from reranker.core.errors import GistRankError
-    from reranker.training.relevance_data import ESCI_LABELS, SPLITS, load_relevance_file
+    from reranker.data.relevance_data import ESCI_LABELS, SPLITS, load_relevance_file
 
     if default_split not in SPLITS:
         raise typer.BadParameter(f"must be one of {', '.join(SPLITS)}", param_hint="--default-split")

@@ -20,6 +20,7 @@ from reranker.core.config import GistConfig
 from reranker.core.errors import EmptyInputError
 from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
+from reranker.data.relevance_data import collection_stats
 from reranker.evaluation.baselines import bm25_scores
 from reranker.evaluation.evaluate import (
     METRICS,
@@ -39,9 +40,8 @@ from reranker.evaluation.evaluate import (
     write_outputs,
 )
 from reranker.evaluation.fusion import WEIGHTS, fit_weight, interpolate, minmax
-from reranker.evaluation.ranking_metrics import ranking
 from reranker.evaluation.sweep import BudgetSweep, budget_reader
-from reranker.training.relevance_data import collection_stats
+from reranker.ranking_metrics import ranking
 from reranker.training.trainer import TrainConfig, Trainer
 
 

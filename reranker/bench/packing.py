@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from reranker.bench.harness import model_meta, publish
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
-from reranker.training.data_synth import generate
+from reranker.data.data_synth import generate
 from reranker.training.forwards import score_packed
 
 

@@ -44,6 +44,7 @@ from reranker.core.config import GistConfig
 from reranker.core.kv import GistKV
 from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
+from reranker.data.relevance_data import CollectionStats, RelevanceSet, collection_stats
 from reranker.evaluation.baselines import (
     BM25_B,
     BM25_K1,
@@ -53,16 +54,15 @@ from reranker.evaluation.baselines import (
     untrained_gists,
 )
 from reranker.evaluation.fusion import fit_weight, interpolate
-from reranker.evaluation.ranking_metrics import (
+from reranker.evaluation.run_files import load_cached, save_runs
+from reranker.evaluation.sweep import BudgetSweep, budget_reader
+from reranker.ranking_metrics import (
     accuracy_at_1,
     bootstrap_ci,
     length_quartiles,
     ndcg_at_k,
     recall_at_k_vs_reference,
 )
-from reranker.evaluation.run_files import load_cached, save_runs
-from reranker.evaluation.sweep import BudgetSweep, budget_reader
-from reranker.training.relevance_data import CollectionStats, RelevanceSet, collection_stats
 
 RECALL_KS = (1, 5, 10)
 METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@10", "acc@1")

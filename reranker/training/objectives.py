@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from reranker.evaluation.ranking_metrics import accuracy_at_1
+from reranker.ranking_metrics import accuracy_at_1
 from reranker.training.forwards import autoencode_control, autoencode_loss
 
 if TYPE_CHECKING:

@@ -42,9 +42,9 @@ from tqdm.auto import tqdm
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
+from reranker.data.relevance_data import Query, RelevanceSet
 from reranker.training.forwards import score_packed
 from reranker.training.objectives import Batch, Objective, objectives_for
-from reranker.training.relevance_data import Query, RelevanceSet
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
