@@ -502,7 +502,7 @@ def evaluate(
 
     --teacher / --student / --full-model take model references with reading settings, e.g.
     `gistrank-teacher-lora?compressor=select&num_gist=64&max_item_tokens=1024` (README, core API)."""
-    from reranker.evaluation.evaluate import evaluate as run_eval
+    from reranker.evaluation.runner import evaluate as run_eval
 
     if not student and not full_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
@@ -532,7 +532,8 @@ def eval_merge(
 ) -> None:
     """Join evaluations of different students on the same teacher and queries (one per trained k) into
     one results.json, report.md and set of plots."""
-    from reranker.evaluation.evaluate import EvalResult, merge_results, write_outputs
+    from reranker.evaluation.report import write_outputs
+    from reranker.evaluation.results import EvalResult, merge_results
 
     for run in runs:
         if not (run / "results.json").is_file():

@@ -36,8 +36,8 @@ from reranker.data.trec import (
     split_of,
 )
 from reranker.evaluation.baselines import bm25_scores
-from reranker.evaluation.evaluate import evaluate
 from reranker.evaluation.run_files import run_tag, write_runs
+from reranker.evaluation.runner import evaluate
 from reranker.ranking_metrics import ndcg_at_k, ranking, recall_at_k_vs_reference
 
 pytestmark = pytest.mark.trec
