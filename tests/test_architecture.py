@@ -1,7 +1,8 @@
 """The package layout's import directions (README "Layout"), read from the source: every import, also
 the lazy ones inside functions and those under TYPE_CHECKING.
 
-Each package imports only itself and the packages ALLOWED lists for it, all below it:
+Each package imports only itself and the packages ALLOWED lists for it, all below it, each a whole
+package (never one module of another, nor of an entry point):
 
     monitoring            the metrics the stages count into: nothing of the project
     localservices         throwaway Kafka and Redis for tests, demo, benchmarks: nothing of the project
