@@ -218,8 +218,8 @@ Data = Annotated[
 
 def _load_data(data: str, seed: int, products: int, max_item_tokens: int):  # -> RelevanceSet
     from reranker.core.errors import GistRankError
-    from reranker.training.data_synth import generate
-    from reranker.training.relevance_data import RelevanceSet, load_relevance_file
+    from reranker.data.data_synth import generate
+    from reranker.data.relevance_data import RelevanceSet, load_relevance_file
 
     if data == "synthetic":
         return generate(seed, products, queries_per_product=4, length_tokens=(100, max(120, max_item_tokens)))
@@ -264,7 +264,7 @@ def data_import_trec(
     import time
 
     from reranker.core.errors import GistRankError
-    from reranker.training.trec import import_trec, write_summary
+    from reranker.data.trec import import_trec, write_summary
 
     if query_field not in ("title", "desc"):
         raise typer.BadParameter("must be title or desc", param_hint="--query-field")
@@ -294,7 +294,7 @@ def data_import_file(
     """A relevance set directory from a flat file (what --data FILE reads), with label mapping and
     duplicate merging that --data FILE does not do."""
     from reranker.core.errors import GistRankError
-    from reranker.training.relevance_data import ESCI_LABELS, SPLITS, load_relevance_file
+    from reranker.data.relevance_data import ESCI_LABELS, SPLITS, load_relevance_file
 
     if default_split not in SPLITS:
         raise typer.BadParameter(f"must be one of {', '.join(SPLITS)}", param_hint="--default-split")
@@ -603,7 +603,7 @@ def evaluate(
 
     --teacher / --student / --full-model take model references with reading settings, e.g.
     `gistrank-teacher-lora?compressor=select&num_gist=64&max_item_tokens=1024` (README, core API)."""
-    from reranker.evaluation.evaluate import evaluate as run_eval
+    from reranker.evaluation.runner import evaluate as run_eval
 
     if not student and not full_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
@@ -633,7 +633,8 @@ def eval_merge(
 ) -> None:
     """Join evaluations of different students on the same teacher and queries (one per trained k) into
     one results.json, report.md and set of plots."""
-    from reranker.evaluation.evaluate import EvalResult, merge_results, write_outputs
+    from reranker.evaluation.report import write_outputs
+    from reranker.evaluation.results import EvalResult, merge_results
 
     for run in runs:
         if not (run / "results.json").is_file():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reranker.training.data_synth import (
+from reranker.data.data_synth import (
     CATEGORIES,
     check_digit,
     family_key,
@@ -21,7 +21,7 @@ from reranker.training.data_synth import (
     label_for,
     mismatches,
 )
-from reranker.training.relevance_data import Item, RelevanceSet
+from reranker.data.relevance_data import Item, RelevanceSet
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = (11, 36, 3)  # seed, products (six per category), queries per product
@@ -46,7 +46,7 @@ def test_same_seed_same_data_other_seed_other_data(data: RelevanceSet) -> None:
 
 def test_identical_in_another_process(data: RelevanceSet) -> None:
     code = (
-        "import hashlib; from reranker.training.data_synth import generate; "
+        "import hashlib; from reranker.data.data_synth import generate; "
         f"print(hashlib.sha256(generate(*{ARGS!r}).model_dump_json().encode()).hexdigest())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "4321"}  # string hashing differs from this process

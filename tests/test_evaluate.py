@@ -20,28 +20,24 @@ from reranker.core.config import GistConfig
 from reranker.core.errors import EmptyInputError
 from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
+from reranker.data.relevance_data import collection_stats
 from reranker.evaluation.baselines import bm25_scores
-from reranker.evaluation.evaluate import (
+from reranker.evaluation.fusion import WEIGHTS, fit_weight, interpolate, minmax
+from reranker.evaluation.report import markdown_report, write_outputs
+from reranker.evaluation.results import (
     METRICS,
     TEACHER,
     Difference,
     EvalResult,
     QueryRecord,
-    System,
     SystemFacts,
-    baseline_systems,
-    evaluate,
-    markdown_report,
     merge_results,
     paired_differences,
-    score_queries,
-    student_systems,
-    write_outputs,
 )
-from reranker.evaluation.fusion import WEIGHTS, fit_weight, interpolate, minmax
-from reranker.evaluation.ranking_metrics import ranking
+from reranker.evaluation.runner import evaluate, score_queries
 from reranker.evaluation.sweep import BudgetSweep, budget_reader
-from reranker.training.relevance_data import collection_stats
+from reranker.evaluation.systems import System, baseline_systems, student_systems
+from reranker.ranking_metrics import ranking
 from reranker.training.trainer import TrainConfig, Trainer
 
 
@@ -591,7 +587,7 @@ def _cache(runs: Path) -> dict[str, dict]:
 def test_every_full_context_line_has_a_style_of_its_own() -> None:
     """Plots draw systems without stored positions as horizontal lines: several full-context models and
     their BM25 interpolations must not share one style (they did: all black dash-dot)."""
-    from reranker.evaluation.evaluate import _level_styles
+    from reranker.evaluation.plots import _level_styles
 
     others = ["full context · a", "full context · b", "full context · a + bm25", "teacher + bm25"]
     styles = _level_styles(["teacher", "bm25", "no item", *others])

@@ -1,4 +1,4 @@
-"""IR metrics against hand-computed cases (reranker.evaluation.ranking_metrics)."""
+"""IR metrics against hand-computed cases (reranker.ranking_metrics)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from reranker.evaluation.ranking_metrics import (
+from reranker.ranking_metrics import (
     accuracy_at_1,
     bootstrap_ci,
     length_quartiles,

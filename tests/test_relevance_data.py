@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from reranker.core.render import render_item
-from reranker.training.data_synth import generate
-from reranker.training.relevance_data import (
+from reranker.data.data_synth import generate
+from reranker.data.relevance_data import (
     ESCI_LABELS,
     CollectionStats,
     Item,

@@ -9,7 +9,7 @@ from helpers import metric
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reranker.evaluation.ranking_metrics import recall_at_k_vs_reference
+from reranker.ranking_metrics import recall_at_k_vs_reference
 from reranker.serving.shadow import ShadowSampler, overlap_at_k
 
 

@@ -18,9 +18,9 @@ from reranker.core.checkpoints import (
     SHIPPED,
 )
 from reranker.core.render import render_item
+from reranker.data.data_synth import generate
 from reranker.evaluation.baselines import prefix_reader
-from reranker.evaluation.ranking_metrics import ndcg_at_k
-from reranker.training.data_synth import generate
+from reranker.ranking_metrics import ndcg_at_k
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ import torch
 from tiny import GIST, tiny_relevance_set, train_config
 
 from reranker import GistConfig, GistReranker
-from reranker.training.data_synth import generate
+from reranker.data.data_synth import generate
+from reranker.data.relevance_data import RelevanceSet
 from reranker.training.objectives import listwise_loss
-from reranker.training.relevance_data import RelevanceSet
 from reranker.training.trainer import TrainConfig, Trainer, plot_curves
 
 

@@ -17,11 +17,7 @@ from reranker.cli import app
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
 from reranker.core.render import render_item
-from reranker.evaluation.baselines import bm25_scores
-from reranker.evaluation.evaluate import evaluate
-from reranker.evaluation.ranking_metrics import ndcg_at_k, ranking, recall_at_k_vs_reference
-from reranker.evaluation.run_files import run_tag, write_runs
-from reranker.training.relevance_data import (
+from reranker.data.relevance_data import (
     Item,
     Judgment,
     Query,
@@ -30,7 +26,7 @@ from reranker.training.relevance_data import (
     bm25_terms,
     collection_stats,
 )
-from reranker.training.trec import (
+from reranker.data.trec import (
     _Bm25Index,
     import_trec,
     iter_docs,
@@ -39,6 +35,10 @@ from reranker.training.trec import (
     sample_judged,
     split_of,
 )
+from reranker.evaluation.baselines import bm25_scores
+from reranker.evaluation.run_files import run_tag, write_runs
+from reranker.evaluation.runner import evaluate
+from reranker.ranking_metrics import ndcg_at_k, ranking, recall_at_k_vs_reference
 
 pytestmark = pytest.mark.trec
 

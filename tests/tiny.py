@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from reranker.core.config import GistConfig
-from reranker.training.relevance_data import Item, Judgment, Query, RelevanceSet
+from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
 from reranker.training.trainer import TrainConfig
 
 GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")  # tiny models' default gisting

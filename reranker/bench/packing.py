@@ -18,10 +18,11 @@ import torch
 from rich.console import Console
 from tqdm.auto import tqdm
 
-from reranker.bench.harness import model_meta, publish
+from reranker.bench.harness import model_meta
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
-from reranker.training.data_synth import generate
+from reranker.data.data_synth import generate
+from reranker.evaluation.tables import publish
 from reranker.training.forwards import score_packed
 
 

@@ -15,9 +15,10 @@ import torch
 from rich.console import Console
 from tqdm.auto import tqdm
 
-from reranker.bench.harness import model_meta, publish, rate
+from reranker.bench.harness import model_meta, rate
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.model import GistReranker
+from reranker.evaluation.tables import publish
 
 DISTINCT_ITEMS = 10
 FILLER = (

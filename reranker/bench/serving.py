@@ -2,7 +2,7 @@
 
 Everything runs on this machine, bound to 127.0.0.1, and is stopped at the end:
 
-* a catalog (SQLite) of synthetic items (`reranker.training.data_synth`, deterministic for a seed);
+* a catalog (SQLite) of synthetic items (`reranker.data.data_synth`, deterministic for a seed);
 * a fresh Feast SQLite store holding the gist K/V of the *hit* set, materialized by `streaming.materialize`
   with the same checkpoint the server loads (one fingerprint);
 * `tritonserver` (gist_reranker + full_reranker, shadow off) on free ports.
@@ -306,7 +306,7 @@ def _run_load(
 # ------------------------------------------------------------------------------------------- the data
 def _synthetic_items(seed: int, count: int, item_tokens: tuple[int, int]) -> list[dict[str, Any]]:
     """`count` distinct synthetic catalog items (title, attributes, description), deterministic."""
-    from reranker.training.data_synth import generate
+    from reranker.data.data_synth import generate
 
     products = -(-count // (1 + SIBLINGS))
     rs = generate(seed, products, 0, siblings_per_product=SIBLINGS, length_tokens=item_tokens)

@@ -35,8 +35,8 @@ from reranker.catalog.publisher import publish_events
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.kv_codec import STORAGE_DTYPES, encode, kv_nbytes_formula
 from reranker.core.model import GistReranker
+from reranker.data.data_synth import generate
 from reranker.store import GistRow, GistStore
-from reranker.training.data_synth import generate
 from streaming.consumer import GistConsumer
 
 

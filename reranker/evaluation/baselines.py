@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
-from reranker.training.relevance_data import CollectionStats, bm25_terms, collection_stats
+from reranker.data.relevance_data import CollectionStats, bm25_terms, collection_stats
 
 BM25_K1, BM25_B = 0.9, 0.4  # Anserini's defaults (TREC newswire); also the import's bm25:N first stage
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reranker.evaluation.ranking_metrics import ndcg_at_k
+from reranker.ranking_metrics import ndcg_at_k
 
 WEIGHTS = tuple(i / 10 for i in range(11))
 

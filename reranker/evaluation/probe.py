@@ -44,12 +44,12 @@ import torch
 from rich.console import Console
 from tqdm.auto import tqdm
 
-from reranker.bench.harness import print_table, publish
 from reranker.core.compressors.select import eager_attention
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
+from reranker.data.relevance_data import RelevanceSet
+from reranker.evaluation.tables import print_table, publish
 from reranker.training.forwards import autoencode_control, autoencode_loss
-from reranker.training.relevance_data import RelevanceSet
 
 # per layer: the gists' attention to item token 0 (BOS) and to the rest of the item, how many item
 # tokens they effectively read, the student's query's attention to its gists and raw prefix, and the

@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reranker.evaluation.ranking_metrics import ranking
-from reranker.training.relevance_data import RelevanceSet
+from reranker.data.relevance_data import RelevanceSet
+from reranker.ranking_metrics import ranking
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 

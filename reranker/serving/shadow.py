@@ -23,7 +23,7 @@ from monitoring.serving_metrics import (
     SHADOW_REQUESTS,
     SHADOW_SAMPLED,
 )
-from reranker.evaluation.ranking_metrics import top_k_overlap
+from reranker.ranking_metrics import top_k_overlap
 from reranker.serving.worker import BackgroundWorker
 
 logger = logging.getLogger(__name__)

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from reranker.evaluation.ranking_metrics import accuracy_at_1
+from reranker.ranking_metrics import accuracy_at_1
 from reranker.training.forwards import autoencode_control, autoencode_loss
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
-    from reranker.training.trainer import TrainConfig, Trainer
+    from reranker.data.relevance_data import RelevanceSet
 
 
 @dataclass
@@ -48,10 +48,22 @@ class Batch:
         return {"batch_acc@1": hits / n, "score_spread": spread / n} | self.logs
 
 
+class Loop(Protocol):
+    """What an objective reads of the loop that runs it (the Trainer), so that objectives need not
+    import the trainer that imports them."""
+
+    model: GistReranker
+    data: RelevanceSet
+
+    def scores(
+        self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool
+    ) -> list[torch.Tensor]: ...
+
+
 class Objective(Protocol):
     name: str
 
-    def loss(self, trainer: Trainer, batch: Batch) -> torch.Tensor: ...
+    def loss(self, trainer: Loop, batch: Batch) -> torch.Tensor: ...
 
 
 def listwise_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -72,7 +84,7 @@ class Listwise:
     weight: float
     name: str = "listwise"
 
-    def loss(self, trainer: Trainer, batch: Batch) -> torch.Tensor:
+    def loss(self, trainer: Loop, batch: Batch) -> torch.Tensor:
         pairs = zip(batch.scores, batch.labels, strict=True)
         return self.weight * torch.stack([listwise_loss(s, y) for s, y in pairs]).mean()
 
@@ -82,7 +94,7 @@ class Pointwise:
     weight: float
     name: str = "pointwise"
 
-    def loss(self, trainer: Trainer, batch: Batch) -> torch.Tensor:
+    def loss(self, trainer: Loop, batch: Batch) -> torch.Tensor:
         bce = torch.nn.functional.binary_cross_entropy_with_logits
         return (
             self.weight
@@ -99,7 +111,7 @@ class Distill:
     teacher: GistReranker
     name: str = "distill"
 
-    def loss(self, trainer: Trainer, batch: Batch) -> torch.Tensor:
+    def loss(self, trainer: Loop, batch: Batch) -> torch.Tensor:
         with torch.no_grad():
             reference = trainer.scores(self.teacher, batch.texts, full=True)
         pairs = zip(batch.scores, reference, strict=True)
@@ -113,7 +125,7 @@ class Autoencode:
     max_items: int
     name: str = "autoencode"
 
-    def loss(self, trainer: Trainer, batch: Batch) -> torch.Tensor:
+    def loss(self, trainer: Loop, batch: Batch) -> torch.Tensor:
         """Also logs `autoencode_gap`: how much better the gists regenerate their own item than another's
         (nats/token), ~0 until they carry the item."""
         texts = [trainer.data.items[i].text for i in batch.items[: self.max_items]]
@@ -123,19 +135,3 @@ class Autoencode:
                 other = autoencode_control(trainer.model, texts, self.tokens)
             batch.logs["autoencode_gap"] = float(other - own.detach())
         return self.weight * own
-
-
-def objectives_for(cfg: TrainConfig, teacher: GistReranker | None) -> list[Objective]:
-    """The objectives a TrainConfig switches on, in a fixed order."""
-    out: list[Objective] = []
-    if cfg.listwise:
-        out.append(Listwise(cfg.listwise))
-    if cfg.pointwise:
-        out.append(Pointwise(cfg.pointwise))
-    if cfg.distill:
-        if teacher is None:
-            raise ValueError("distill > 0 needs a teacher checkpoint")
-        out.append(Distill(cfg.distill, cfg.distill_temperature, teacher))
-    if cfg.autoencode and cfg.role == "student":
-        out.append(Autoencode(cfg.autoencode, cfg.autoencode_tokens, cfg.autoencode_items))
-    return out

@@ -42,9 +42,9 @@ from tqdm.auto import tqdm
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
+from reranker.data.relevance_data import Query, RelevanceSet
 from reranker.training.forwards import score_packed
-from reranker.training.objectives import Batch, Objective, objectives_for
-from reranker.training.relevance_data import Query, RelevanceSet
+from reranker.training.objectives import Autoencode, Batch, Distill, Listwise, Objective, Pointwise
 
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
@@ -93,6 +93,22 @@ class TrainConfig(BaseModel):
     def ranks(self) -> bool:
         """Whether any loss scores query–item pairs; a student without one only autoencodes."""
         return any((self.listwise, self.pointwise, self.distill))
+
+
+def objectives_for(cfg: TrainConfig, teacher: GistReranker | None) -> list[Objective]:
+    """The objectives a TrainConfig switches on, in a fixed order."""
+    out: list[Objective] = []
+    if cfg.listwise:
+        out.append(Listwise(cfg.listwise))
+    if cfg.pointwise:
+        out.append(Pointwise(cfg.pointwise))
+    if cfg.distill:
+        if teacher is None:
+            raise ValueError("distill > 0 needs a teacher checkpoint")
+        out.append(Distill(cfg.distill, cfg.distill_temperature, teacher))
+    if cfg.autoencode and cfg.role == "student":
+        out.append(Autoencode(cfg.autoencode, cfg.autoencode_tokens, cfg.autoencode_items))
+    return out
 
 
 class Trainer:

@@ -1,7 +1,8 @@
 """IR metrics of the evaluation protocol (DESIGN.md §5), pure Python/numpy, one query at a time.
 
 Numpy is the only dependency: serving's shadow scoring imports this module inside the Triton Python
-backend (numpy < 2 there).
+backend (numpy < 2 there). It imports nothing of the project and sits below every stage that ranks:
+training's objectives, serving's shadow sampling and the evaluation.
 
 * `recall_at_k_vs_reference` (and its two counts, `top_k_overlap`): how much of the reference model's
   top-K a system keeps. The reference is the full-context teacher on the same candidates; in a cascade

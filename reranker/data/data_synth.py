@@ -74,7 +74,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from reranker.training.relevance_data import Item, Judgment, Query, RelevanceSet, Split
+from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet, Split
 
 TOKENS_PER_WORD = 1.6
 Value = str | int | float | bool

@@ -1,7 +1,7 @@
 """Relevance sets: items, queries and graded judgments, for training and for the evaluation protocol.
 
-One in-memory form (`RelevanceSet`) serves the synthetic generator (`reranker.training.data_synth`) and real
-data that users bring (WANDS, ESCI, TREC collections via `reranker.training.trec`, click logs). Labels are
+One in-memory form (`RelevanceSet`) serves the synthetic generator (`reranker.data.data_synth`) and real
+data that users bring (WANDS, ESCI, TREC collections via `reranker.data.trec`, click logs). Labels are
 non-negative integers on any graded scale (0–1, 0–3, 0–4 as judged); the metrics use the gain
 2^label − 1. The synthetic set and WANDS use 0 (irrelevant), 1 (partial, a near miss or substitute) and
 2 (exact) (`LABELS`); ESCI's E/S/C/I map to 3/2/1/0 (`ESCI_LABELS`, `load_relevance_file(label_map=...)`).

@@ -49,7 +49,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from reranker.training.relevance_data import (
+from reranker.data.relevance_data import (
     SPLITS,
     CollectionStats,
     Item,
