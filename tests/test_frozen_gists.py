@@ -13,6 +13,7 @@ from helpers import ITEMS, QUERY
 
 from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
 from reranker.core.model import GistReranker
+from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
 from reranker.training.frozen_reader import (
     FrozenGistConfig,
     FrozenGistTrainer,
@@ -24,7 +25,6 @@ from reranker.training.frozen_reader import (
     stack_items,
     student_scores,
 )
-from reranker.training.relevance_data import Item, Judgment, Query, RelevanceSet
 
 pytestmark = pytest.mark.frozen_gists
 RULES = {

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from reranker.bench.harness import model_meta, publish
+from reranker.bench.harness import model_meta
 from reranker.core.config import GistConfig, resolve_dtype
-from reranker.training.data_synth import generate
+from reranker.data.data_synth import generate
+from reranker.evaluation.tables import publish
 from reranker.training.frozen_reader import FrozenGistConfig, FrozenGistTrainer
 from reranker.training.trainer import TrainConfig, Trainer
 

@@ -47,7 +47,7 @@ from reranker.core.config import GistConfig
 from reranker.core.errors import QueryTooLongError
 from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker
-from reranker.training.relevance_data import RelevanceSet
+from reranker.data.relevance_data import RelevanceSet
 
 CURVE_FILE = "curve.jsonl"
 
