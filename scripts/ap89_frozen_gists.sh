@@ -19,15 +19,16 @@ TRAIN_QUERIES=${TRAIN_QUERIES:-20}
 MAX_QUERIES=${MAX_QUERIES:-12}
 DEVICE=${DEVICE:-cpu}
 MINUTES=${MINUTES:-}  # a fixed wall-time slot (e.g. one lent GPU): training stops there, whatever STEPS says
+CONFIG=${CONFIG:-configs/ap89_frozen_gists.json}  # further FrozenGistConfig fields (lists per step, lr, …)
 READER="gistrank-base-ql-prefix64"  # the default model; its reader is the frozen reader here
 BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
-RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS
+RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}
 
 [ -d "$SET" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \
   --qrels "$SRC/qrels.txt" --query-field title --candidates judged:20 --out "$SET"
 [ -d "$RUN/checkpoint" ] || "$GISTRANK" train-gists --reader "$READER" --data "$SET" \
   --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \
-  --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} --out "$RUN"
+  --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} ${CONFIG:+--config "$CONFIG"} --out "$RUN"
 "$GISTRANK" eval --data "$SET" --split dev --max-queries "$MAX_QUERIES" \
   --teacher "$BASE_QL" --student "$RUN/checkpoint" --prefix-k "$K" \
   --student "$BASE_QL&compressor=select&num_gist=$K" \
