@@ -6,7 +6,8 @@
 # that reader's full context.
 # Needs the AP89 build (shared/data/trec-ap89/README.md) in data/trec-ap89; its text is never
 # committed. CPU sized by TRAIN_QUERIES (train topics whose articles' K/V is computed once), STEPS and
-# MAX_QUERIES (dev topics); DEVICE=cuda trains on a GPU (eval uses CUDA whenever present).
+# MAX_QUERIES (dev topics). The reader's item K/V is kept in $OUT/item-kv (~32 MB an article in
+# fp32: ~13 GB for 20 topics' articles, read back by later runs); DEVICE=cuda trains on a GPU (eval uses CUDA whenever present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
@@ -28,7 +29,8 @@ RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}
   --qrels "$SRC/qrels.txt" --query-field title --candidates judged:20 --out "$SET"
 [ -d "$RUN/checkpoint" ] || "$GISTRANK" train-gists --reader "$READER" --data "$SET" \
   --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \
-  --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} ${CONFIG:+--config "$CONFIG"} --out "$RUN"
+  --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} ${CONFIG:+--config "$CONFIG"} \
+  --cache-dir "$OUT/item-kv" --out "$RUN"
 "$GISTRANK" eval --data "$SET" --split dev --max-queries "$MAX_QUERIES" \
   --teacher "$BASE_QL" --student "$RUN/checkpoint" --prefix-k "$K" \
   --student "$BASE_QL&compressor=select&num_gist=$K" \
