@@ -232,7 +232,7 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     assert result.exit_code == 0, result.output
     model = GistReranker.from_pretrained(out / "checkpoint", device="cpu")
     assert (model.gist.compressor, model.gist.num_gist, model.gist.gist_adapter_rank) == ("gist", 2, 2)
-    assert len(list((tmp_path / "kv").glob("*.kv"))) > 0  # the reader's item K/V, kept as codec blobs
+    assert len(list((tmp_path / "kv").glob("*/*.kv"))) > 0  # the reader's item K/V, kept as codec blobs
     assert len((out / "curve.jsonl").read_text().splitlines()) == 3
 
     bench = tmp_path / "bench.json"

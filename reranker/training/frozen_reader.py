@@ -83,16 +83,16 @@ class FrozenGistConfig(BaseModel):
 # ------------------------------------------------------------------------------------ the item's K/V
 class ItemKVCache:
     """The reader's K/V of each item's tokens, computed once (no gradient) and kept in memory, or in
-    `folder` as codec blobs stamped with the reader's fingerprint (a blob of another reader is refused
-    on read). `memory_items` bounds what stays in RAM (~2·L·H_kv·h·j·4 bytes an item)."""
+    `folder`/<reader fingerprint>/ as codec blobs stamped with that fingerprint (checked on read). `memory_items` bounds what stays in RAM (~2·L·H_kv·h·j·4 bytes an item)."""
 
     def __init__(self, reader: GistReranker, folder: Path | None = None, memory_items: int = 256) -> None:
-        self.reader, self.folder, self.memory_items = reader, folder, memory_items
+        self.reader, self.memory_items = reader, memory_items
         self.fingerprint = reader.fingerprint
+        self.folder = None if folder is None else folder / self.fingerprint  # one reader's blobs apart
         self.held: OrderedDict[str, GistKV] = OrderedDict()
         self.computed = 0  # item forwards run (what the cache saves on every later step)
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
 
     def get(self, texts: Sequence[str]) -> list[GistKV]:
         """Each text's unit: all j item columns, the query at j (compressor "prefix" at budget j)."""
