@@ -83,7 +83,8 @@ class FrozenGistConfig(BaseModel):
 # ------------------------------------------------------------------------------------ the item's K/V
 class ItemKVCache:
     """The reader's K/V of each item's tokens, computed once (no gradient) and kept in memory, or in
-    `folder`/<reader fingerprint>/ as codec blobs stamped with that fingerprint (checked on read). `memory_items` bounds what stays in RAM (~2·L·H_kv·h·j·4 bytes an item)."""
+    `folder`/<reader fingerprint>/ as codec blobs stamped with that fingerprint (checked on read).
+    `memory_items` bounds what stays in RAM (~2·L·H_kv·h·j·b bytes an item)."""
 
     def __init__(self, reader: GistReranker, folder: Path | None = None, memory_items: int = 256) -> None:
         self.reader, self.memory_items = reader, memory_items
