@@ -20,7 +20,7 @@ TRAIN_QUERIES=${TRAIN_QUERIES:-20}
 MAX_QUERIES=${MAX_QUERIES:-12}
 DEVICE=${DEVICE:-cpu}
 MINUTES=${MINUTES:-}  # a fixed wall-time slot (e.g. one lent GPU): training stops there, whatever STEPS says
-CONFIG=${CONFIG:-configs/ap89_frozen_gists.json}  # further FrozenGistConfig fields (lists per step, lr, …)
+CONFIG=${CONFIG:-configs/frozen_gists/ap89.json}  # further FrozenGistConfig fields (lists per step, lr, …)
 READER="gistrank-base-ql-prefix64"  # the default model; its reader is the frozen reader here
 BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
 RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}
