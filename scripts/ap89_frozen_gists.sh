@@ -2,8 +2,8 @@
 # Gists over a frozen reader on real long documents: AP newswire 1989, trained on TREC topics 1-50
 # (their judged articles, 20 a topic), evaluated on the dev topics 51-100 against prefix caching at the
 # same budget, the untrained gists, SnapKV- and KVzip-style selection and BM25, all read by the default
-# model's reader (the untouched base by query likelihood, items up to 1024 tokens); the reference is
-# that reader's full context.
+# model's reader (the untouched base by query likelihood, items up to 1024 tokens, in this machine's
+# dtype: bf16 where native); the reference is that reader's full context.
 # Needs the AP89 build (shared/data/trec-ap89/README.md) in data/trec-ap89; its text is never
 # committed. CPU sized by TRAIN_QUERIES (train topics whose articles' K/V is computed once), STEPS and
 # MAX_QUERIES (dev topics). The reader's item K/V is kept in $OUT/item-kv (~32 MB an article in
@@ -22,7 +22,6 @@ DEVICE=${DEVICE:-cpu}
 MINUTES=${MINUTES:-}  # a fixed wall-time slot (e.g. one lent GPU): training stops there, whatever STEPS says
 CONFIG=${CONFIG:-configs/frozen_gists/ap89.json}  # further FrozenGistConfig fields (lists per step, lr, …)
 READER="gistrank-base-ql-prefix64"  # the default model; its reader is the frozen reader here
-BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
 RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}
 
 [ -d "$SET" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \
@@ -31,8 +30,12 @@ RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}
   --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \
   --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} ${CONFIG:+--config "$CONFIG"} \
   --cache-dir "$OUT/item-kv" --out "$RUN"
+# every system is read by the trained run's body — the frozen reader, in the dtype it was trained in
+# (the gists and their adapter act on gist rows only, so the checkpoint's full-context forward is the
+# reader's own): the reference, prefix caching, untrained gists, SnapKV and KVzip selection
+CKPT=$RUN/checkpoint
 "$GISTRANK" eval --data "$SET" --split dev --max-queries "$MAX_QUERIES" \
-  --teacher "$BASE_QL" --student "$RUN/checkpoint" --prefix-k "$K" \
-  --student "$BASE_QL&compressor=select&num_gist=$K" \
-  --student "$BASE_QL&compressor=select&select_scorer=kvzip&num_gist=$K" \
-  --out "$OUT/judged-20-dev-gists-k$K" --run-dir "$OUT/judged-20-dev/runs"
+  --teacher "$CKPT" --student "$CKPT" --prefix-k "$K" \
+  --student "$CKPT?compressor=select&num_gist=$K" \
+  --student "$CKPT?compressor=select&select_scorer=kvzip&num_gist=$K" \
+  --out "$OUT/judged-20-dev-gists-k$K" --run-dir "$OUT/judged-20-dev-reader/runs"
