@@ -19,12 +19,12 @@ from reranker.training.frozen_reader import (
     FrozenGistTrainer,
     ItemKVCache,
     gist_kv,
-    listwise_kl,
     pseudo_query,
     reader_scores,
     stack_items,
     student_scores,
 )
+from reranker.training.objectives import distill_loss
 
 pytestmark = pytest.mark.frozen_gists
 RULES = {
@@ -151,7 +151,9 @@ def _mean_kl(model: GistReranker, reader: GistReranker, data: RelevanceSet) -> f
         texts = [test.items[i].text for i, _ in test.candidates(q.query_id)]
         kls.append(
             float(
-                listwise_kl(model.score(q.text, model.compress(texts)), reader.score_full(q.text, texts), 1.0)
+                distill_loss(
+                    model.score(q.text, model.compress(texts)), reader.score_full(q.text, texts), 1.0
+                )
             )
         )
     return sum(kls) / len(kls)

@@ -48,6 +48,7 @@ from reranker.core.errors import QueryTooLongError
 from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker
 from reranker.data.relevance_data import RelevanceSet
+from reranker.training.objectives import distill_loss
 
 CURVE_FILE = "curve.jsonl"
 
@@ -193,13 +194,6 @@ def student_scores(
     return model.read_stored(model.query_tail(query), stacked, prefix_lens, k, lens + k)
 
 
-def listwise_kl(student: torch.Tensor, target: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL(softmax(target/τ) ‖ softmax(student/τ)) over one list, × τ² (gradient scale independent of τ)."""
-    p = torch.log_softmax(target / temperature, -1)
-    q = torch.log_softmax(student / temperature, -1)
-    return (p.exp() * (p - q)).sum() * temperature**2
-
-
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -306,7 +300,7 @@ class FrozenGistTrainer:
             idx = torch.tensor([row[c] for c in cands], device=self.model.device)
             target = self._targets(query, cands, items[idx], lens[idx])
             student = student_scores(self.model, query, items[idx], lens[idx], gists[idx])
-            losses.append(listwise_kl(student, target, self.cfg.temperature))
+            losses.append(distill_loss(student, target, self.cfg.temperature))
             agree.append(float(student.argmax() == target.argmax()))
         loss = torch.stack(losses).mean()
         self.optimizer.zero_grad(set_to_none=True)
