@@ -56,3 +56,12 @@ def test_kvzip_is_part_of_the_fingerprint(tiny_base: Path) -> None:
     as they were: tests/test_fingerprint.py pins the shipped ones)."""
     snap = GistReranker.from_pretrained(tiny_base, GistConfig(compressor="select"), device="cpu")
     assert kvzip(tiny_base).fingerprint != snap.fingerprint
+
+
+def test_kvzip_refuses_more_positions_than_the_base_has(tiny_base: Path) -> None:
+    """The repeat doubles what selection reads: an item cap past half the base's positions is caught
+    with what to lower, not run into RoPE positions the base never saw."""
+    model = kvzip(tiny_base, max_item_tokens=1500)
+    long_item = " ".join(f"word{i}" for i in range(3000))
+    with pytest.raises(ValueError, match="max_position_embeddings=2048: lower max_item_tokens"):
+        model.compress([long_item])

@@ -103,6 +103,11 @@ def _select(
     rows = [model.embed(ids + suffix) for ids, suffix in zip(item_ids, suffixes, strict=True)]
     seq_lens = torch.tensor([r.shape[0] for r in rows], device=model.device)
     total = int(seq_lens.max())
+    if total > model.lm.config.max_position_embeddings:  # KVzip reads ~2j positions
+        raise ValueError(
+            f"selection needs {total} positions, over the base's max_position_embeddings="
+            f"{model.lm.config.max_position_embeddings}: lower max_item_tokens"
+        )
     pads = (total - seq_lens).tolist()
     observers = torch.zeros(len(lens), total, device=model.device)  # (N, S): 1 on observation rows
     for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
