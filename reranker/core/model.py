@@ -135,7 +135,7 @@ class GistReranker(GistWeights):
             other.head.load_state_dict(self.head.state_dict())
             if keep_gists:
                 other.gist_embeddings.copy_(self.gist_embeddings)
-                if self.gist_adapter is not None and other.gist_adapter is not None:
+                if self.gist_adapter is not None:  # same rank (checked above): both have one
                     other.gist_adapter.load_state_dict(self.gist_adapter.state_dict())
         return other.eval()
 

@@ -113,12 +113,16 @@ class ItemKVCache:
         reader = self.reader
         item_ids, truncated = reader.item_ids(texts)
         for start in range(0, len(texts), batch_size):
-            ids = item_ids[start : start + batch_size]
+            batch = slice(start, start + batch_size)
+            ids = item_ids[batch]
             rows = [reader.embed(i) for i in ids]
             kvs = reader.causal_kv(rows, [torch.arange(len(i), device=reader.device) for i in ids])
-            for text, i, kv, cut in zip(texts[start:], ids, kvs, truncated[start:], strict=False):
+            for text, i, kv, cut in zip(texts[batch], ids, kvs, truncated[batch], strict=True):
                 j = len(i)
-                unit = GistKV(kv, self.fingerprint, "prefix", j, j, j, truncated=cut)
+                # every item column kept, the query right after them: prefix caching at budget j
+                unit = GistKV(
+                    kv, self.fingerprint, "prefix", budget=j, item_tokens=j, query_start=j, truncated=cut
+                )
                 self.held[text] = unit
                 if self.folder is not None:
                     self._path(text).write_bytes(kv_codec.encode(unit, self._key(text)))
@@ -218,20 +222,16 @@ class FrozenGistTrainer:
         cache_dir: Path | None = None,
     ) -> None:
         self.cfg, self.out = cfg, Path(out)
-        self.reader = GistReranker.read(cfg.reader, cfg.dtype, device=device)
+        self.reader = GistReranker.read(
+            cfg.reader, cfg.dtype, max_item_tokens=cfg.max_item_tokens, device=device
+        )
         update = {
             "compressor": "gist",
             "num_gist": cfg.num_gist,
             "keep_item_prefix": cfg.keep_item_prefix,
             "gist_adapter_rank": cfg.adapter_rank,
-            "max_item_tokens": cfg.max_item_tokens or self.reader.gist.max_item_tokens,
         }
         gist = GistConfig(**(self.reader.gist.model_dump() | update))
-        if gist.max_item_tokens != self.reader.gist.max_item_tokens:
-            reading = GistConfig(
-                **(self.reader.gist.model_dump() | {"max_item_tokens": gist.max_item_tokens})
-            )
-            self.reader = self.reader.with_gist_config(reading, keep_gists=True)
         self.model = self.reader.with_gist_config(gist)  # the reader's body, head and score token, shared
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -253,8 +253,8 @@ class FrozenGistTrainer:
         self.pairs = 0
         self.cpu_seconds = 0.0
 
-    def _draw(self) -> list[tuple[str, list[str]]]:
-        """The step's (query, candidate texts): each drawn list asked by its own query, then by
+    def _draw(self) -> list[tuple[list[str], list[str]]]:
+        """The step's lists: (candidate texts, the queries asked of them) — its own query, then
         pseudo-queries, a sentence of one of its candidates each."""
         drawn = []
         for _ in range(self.cfg.lists_per_step):
@@ -262,10 +262,9 @@ class FrozenGistTrainer:
             cands = self.rng.sample(
                 self.lists[index], min(self.cfg.candidates_per_list, len(self.lists[index]))
             )
-            drawn.append((self.queries[index], cands))
             sources = self.rng.sample(cands, min(self.cfg.queries_per_list - 1, len(cands)))
             asked = (self._askable(pseudo_query(source, self.rng)) for source in sources)
-            drawn += [(query, cands) for query in asked if query is not None]
+            drawn.append((cands, [self.queries[index], *(q for q in asked if q is not None)]))
         return drawn
 
     def _askable(self, query: str | None, min_words: int = 3) -> str | None:
@@ -290,25 +289,27 @@ class FrozenGistTrainer:
     def train_step(self) -> dict[str, float]:
         start = time.process_time()
         drawn = self._draw()
-        texts = list(dict.fromkeys(c for _, cands in drawn for c in cands))
+        texts = list(dict.fromkeys(c for cands, _ in drawn for c in cands))
         units = dict(zip(texts, self.items.get(texts), strict=True))
         items, lens = stack_items([units[t] for t in texts], self.model.device)
         gists = gist_kv(self.model, items, lens)  # every item of the step once
         row = {t: i for i, t in enumerate(texts)}
         losses, agree = [], []
-        for query, cands in drawn:
+        for cands, queries in drawn:
             idx = torch.tensor([row[c] for c in cands], device=self.model.device)
-            target = self._targets(query, cands, items[idx], lens[idx])
-            student = student_scores(self.model, query, items[idx], lens[idx], gists[idx])
-            losses.append(distill_loss(student, target, self.cfg.temperature))
-            agree.append(float(student.argmax() == target.argmax()))
+            list_items, list_lens, list_gists = items[idx], lens[idx], gists[idx]  # once for its queries
+            for query in queries:
+                target = self._targets(query, cands, list_items, list_lens)
+                student = student_scores(self.model, query, list_items, list_lens, list_gists)
+                losses.append(distill_loss(student, target, self.cfg.temperature))
+                agree.append(float(student.argmax() == target.argmax()))
         loss = torch.stack(losses).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.trained, 1.0)
         self.optimizer.step()
         self.step += 1
-        pairs = sum(len(c) for _, c in drawn)
+        pairs = sum(len(cands) * len(queries) for cands, queries in drawn)
         cpu = time.process_time() - start
         self.pairs, self.cpu_seconds = self.pairs + pairs, self.cpu_seconds + cpu
         return {
