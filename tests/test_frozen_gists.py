@@ -236,6 +236,9 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     assert (model.gist.compressor, model.gist.num_gist, model.gist.gist_adapter_rank) == ("gist", 2, 2)
     assert len(list((tmp_path / "kv").glob("*/*.kv"))) > 0  # the reader's item K/V, kept as codec blobs
     assert len((out / "curve.jsonl").read_text().splitlines()) == 3
+    rerun = runner.invoke(app, [*args, "--steps", "2"])  # the last --steps counts
+    assert rerun.exit_code == 0, rerun.output
+    assert len((out / "curve.jsonl").read_text().splitlines()) == 2  # a fresh run's curve, not appended
 
     bench = tmp_path / "bench.json"
     args = [

@@ -326,7 +326,7 @@ class FrozenGistTrainer:
         curve = []
         deadline = None if self.cfg.max_minutes is None else time.monotonic() + 60 * self.cfg.max_minutes
         with (
-            (self.out / CURVE_FILE).open("a") as log,
+            (self.out / CURVE_FILE).open("a" if self.step else "w") as log,  # a fresh run: its curve alone
             tqdm(total=self.cfg.steps, desc="train gists (frozen reader)", disable=not progress) as bar,
         ):
             while self.step < self.cfg.steps and (deadline is None or time.monotonic() < deadline):
