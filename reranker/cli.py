@@ -404,6 +404,9 @@ def train_gists(
     cache_dir: Annotated[
         Path | None, typer.Option(help="keep the reader's item K/V here (codec blobs) instead of in RAM")
     ] = None,
+    memory_items: Annotated[
+        int, typer.Option(min=1, help="item K/V units held in memory (~16 MB each at 1024 bf16 tokens)")
+    ] = 256,
     device: Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda when present)")] = None,
 ) -> None:
     """Train gists over a frozen reader: its item K/V computed once, the gists and their adapter
@@ -431,7 +434,7 @@ def train_gists(
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise typer.BadParameter(problems) from err
-    trainer = FrozenGistTrainer(cfg, relevance, out, device=device, cache_dir=cache_dir)
+    trainer = FrozenGistTrainer(cfg, relevance, out, device, cache_dir, memory_items)
     curve = trainer.fit()
     rate = trainer.pairs / max(trainer.cpu_seconds, 1e-9)
     typer.echo(

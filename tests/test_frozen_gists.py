@@ -194,6 +194,25 @@ def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_wei
     assert after < 0.6 * untrained, (untrained, after)
 
 
+def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(tiny_base: Path, tmp_path: Path) -> None:
+    """Where the step computes in bf16, an Adam step smaller than half a bf16 ulp would leave a bf16
+    weight unchanged forever; the fp32 master keeps it, and the weight moves once the sum is large."""
+    reader_path = GistReranker.from_pretrained(
+        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
+    ).save_pretrained(tmp_path / "reader")
+    cfg = FrozenGistConfig(reader=str(reader_path), num_gist=4, adapter_rank=0, lr=1e-4)
+    trainer = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "run", device="cpu")
+    gists = trainer.trained[0]
+    gists.data = torch.full_like(gists.data, 0.5).bfloat16()  # bf16 ulp at 0.5: 2^-8 ≈ 0.0039
+    trainer.master[0].copy_(gists.data.float())
+    assert torch.equal(gists.data - 1e-4, gists.data)  # one step of lr is lost in bf16
+    for _ in range(30):
+        gists.grad = torch.ones_like(gists)
+        trainer._apply_gradients()
+    assert trainer.master[0].dtype == torch.float32
+    assert bool((gists.detach().float() < 0.5).all())  # 30 steps of 1e-4 crossed half an ulp
+
+
 def test_pseudo_queries_are_sentences_of_the_item() -> None:
     text = "Red kettle. It boils water in two minutes flat, quietly. Short one."
     assert pseudo_query(text, random.Random(0)) == "It boils water in two minutes flat, quietly."

@@ -220,6 +220,7 @@ class FrozenGistTrainer:
         out: Path,
         device: str | None = None,
         cache_dir: Path | None = None,
+        memory_items: int = 256,
     ) -> None:
         self.cfg, self.out = cfg, Path(out)
         self.reader = GistReranker.read(
@@ -240,8 +241,11 @@ class FrozenGistTrainer:
             self.trained += list(self.model.gist_adapter.parameters())
         for p in self.trained:
             p.requires_grad_(True)
-        self.optimizer = torch.optim.AdamW(self.trained, lr=cfg.lr, weight_decay=0.0)
-        self.items = ItemKVCache(self.reader, cache_dir)
+        # fp32 master copies: the step's arithmetic runs in the compute dtype (bf16 on a GPU or an AMX
+        # CPU), but a bf16 weight rounds away an Adam update below 2^-8 of its magnitude
+        self.master = [p.detach().float().clone() for p in self.trained]
+        self.optimizer = torch.optim.AdamW(self.master, lr=cfg.lr, weight_decay=0.0)
+        self.items = ItemKVCache(self.reader, cache_dir, memory_items)
         self.targets: dict[tuple[str, str], float] = {}
         train = data.split("train")
         self.lists = [[train.items[i].text for i, _ in train.candidates(q.query_id)] for q in train.queries]
@@ -304,10 +308,10 @@ class FrozenGistTrainer:
                 losses.append(distill_loss(student, target, self.cfg.temperature))
                 agree.append(float(student.argmax() == target.argmax()))
         loss = torch.stack(losses).mean()
-        self.optimizer.zero_grad(set_to_none=True)
+        for p in self.trained:
+            p.grad = None
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.trained, 1.0)
-        self.optimizer.step()
+        self._apply_gradients()
         self.step += 1
         pairs = sum(len(cands) * len(queries) for cands, queries in drawn)
         cpu = time.process_time() - start
@@ -320,6 +324,16 @@ class FrozenGistTrainer:
             "cpu_seconds": cpu,
             "items_computed": self.items.computed,
         }
+
+    def _apply_gradients(self) -> None:
+        """The step on the fp32 masters, then the compute-dtype parameters set from them."""
+        for master, p in zip(self.master, self.trained, strict=True):
+            master.grad = p.grad.float() if p.grad is not None else torch.zeros_like(master)
+        torch.nn.utils.clip_grad_norm_(self.master, 1.0)
+        self.optimizer.step()
+        with torch.no_grad():
+            for master, p in zip(self.master, self.trained, strict=True):
+                p.copy_(master)
 
     def fit(self, progress: bool = True) -> list[dict[str, float]]:
         self.out.mkdir(parents=True, exist_ok=True)
