@@ -27,6 +27,7 @@ from reranker.training.frozen_reader import (
 from reranker.training.objectives import distill_loss
 
 pytestmark = pytest.mark.frozen_gists
+QUERIES = [QUERY, "kettle", "a steel kettle that boils water fast and ships in two days"]  # ℓ differs
 RULES = {
     "head": {},
     "query_likelihood": {"score_rule": "query_likelihood", "query_template": LIKELIHOOD_TEMPLATE},
@@ -63,8 +64,10 @@ def test_online_path_equals_the_masked_forward_with_a_trained_adapter(reader: Gi
     torch.testing.assert_close(online, reference, rtol=1e-4, atol=1e-4)
     items, lens = stack_items(ItemKVCache(reader).get(ITEMS), model.device)
     with torch.no_grad():
-        trained = student_scores(model, QUERY, items, lens, gist_kv(model, items, lens))
-    torch.testing.assert_close(trained, online, rtol=1e-4, atol=1e-4)
+        trained = student_scores(model, QUERIES, items, lens, gist_kv(model, items, lens))
+    for query, row in zip(QUERIES, trained, strict=True):  # queries of unequal length share a forward
+        torch.testing.assert_close(row, model.score(query, model.compress(ITEMS)), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(trained[0], online, rtol=1e-4, atol=1e-4)
     plain = reader.with_gist_config(model.gist)  # the same gists' layout, a fresh (zero) adapter
     assert not torch.allclose(plain.score(QUERY, plain.compress(ITEMS)), online, atol=1e-3)
 
@@ -72,9 +75,9 @@ def test_online_path_equals_the_masked_forward_with_a_trained_adapter(reader: Gi
 def test_the_target_is_the_readers_full_context_score(reader: GistReranker) -> None:
     items, lens = stack_items(ItemKVCache(reader).get(ITEMS), reader.device)
     with torch.no_grad():
-        torch.testing.assert_close(
-            reader_scores(reader, QUERY, items, lens), reader.score_full(QUERY, ITEMS), rtol=1e-4, atol=1e-4
-        )
+        targets = reader_scores(reader, QUERIES, items, lens)
+        for query, row in zip(QUERIES, targets, strict=True):
+            torch.testing.assert_close(row, reader.score_full(query, ITEMS), rtol=1e-4, atol=1e-4)
 
 
 def test_item_kv_is_the_readers_whatever_the_gist_parameters(reader: GistReranker) -> None:

@@ -58,10 +58,25 @@ _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share 
 class QueryTail(NamedTuple):
     """What follows the gists for one query: embeddings (ℓ, D), and targets (ℓ,) long — the token each
     position predicts where the query likelihood is summed, -1 elsewhere (all -1 under the head rule,
-    whose ℓ-th row is the score token)."""
+    whose ℓ-th row is the score token). Or one query per batch row (`QueryTail.rows`): embeds
+    (N, ℓ, D), targets (N, ℓ), and each row's real length `lens` (N,)."""
 
     embeds: torch.Tensor
     targets: torch.Tensor
+    lens: torch.Tensor | None = None
+
+    @classmethod
+    def rows(cls, tails: Sequence[QueryTail], repeats: int) -> QueryTail:
+        """Each of `tails` on `repeats` consecutive rows — (Q·N) rows, query-major — right-padded to the
+        longest. A pad row comes after every real row of its query, so causal attention keeps it out of
+        the real rows, and its target is -1: one forward reads Q queries as Q forwards would."""
+        ell = max(t.embeds.shape[0] for t in tails)
+        embeds = torch.stack([nn.functional.pad(t.embeds, (0, 0, 0, ell - t.embeds.shape[0])) for t in tails])
+        targets = torch.stack(
+            [nn.functional.pad(t.targets, (0, ell - t.targets.shape[0]), value=-1) for t in tails]
+        )
+        lens = torch.tensor([t.embeds.shape[0] for t in tails], device=embeds.device)
+        return cls(*(x.repeat_interleave(repeats, 0) for x in (embeds, targets, lens)))
 
 
 class GistReranker(GistWeights):
@@ -108,7 +123,7 @@ class GistReranker(GistWeights):
     def _mean_plus_noise(lm: nn.Module, n: int, g: torch.Generator) -> torch.Tensor:
         """n rows of mean input embedding + a small distinct offset each: on-distribution, yet
         distinguishable before any training."""
-        emb = lm.get_input_embeddings().weight.detach().float()
+        emb = lm.get_input_embeddings().weight.detach().float().cpu()  # the seeded noise is drawn on CPU
         noise = torch.randn(n, emb.shape[1], generator=g) * (0.1 * emb.std(0))
         weight = lm.get_input_embeddings().weight
         return (emb.mean(0) + noise).to(weight.device, weight.dtype)
@@ -247,19 +262,26 @@ class GistReranker(GistWeights):
             out = self.decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask, **outputs)
         return out, seq_lens
 
-    def tail_scores(self, tail: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def tail_scores(
+        self, tail: torch.Tensor, targets: torch.Tensor, lens: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The score rule: the query's last-layer outputs (N, ℓ, D) → relevance scores (N,) float32.
+        `targets`: (ℓ,) shared by every row, or (N, ℓ) with each row's real length in `lens`.
 
-        head: a linear logit of the score token (the last row). query_likelihood: Σ log p(token) over
-        the query's tokens (`targets` ≥ 0), each predicted from the row before it — log p(query | item),
-        i.e. how well what the gists hold predicts what was asked; ranking candidates by it is ranking
-        by p(item | query) under a uniform prior."""
+        head: a linear logit of the score token (the last real row). query_likelihood: Σ log p(token)
+        over the query's tokens (`targets` ≥ 0), each predicted from the row before it — log p(query |
+        item), i.e. how well what the gists hold predicts what was asked; ranking candidates by it is
+        ranking by p(item | query) under a uniform prior."""
+        n = tail.shape[0]
         if self.gist.score_rule == "head":
-            return self.head(tail[:, -1]).squeeze(-1).float()
-        scored = (targets >= 0).nonzero().squeeze(-1)  # (n,)
+            last = tail[:, -1] if lens is None else tail[torch.arange(n, device=tail.device), lens - 1]
+            return self.head(last).squeeze(-1).float()
+        targets = targets.expand(n, -1)  # (N, ℓ)
+        scored = (targets >= 0).any(0).nonzero().squeeze(-1)  # (n,): a query token in some row
         logits = self.lm.get_output_embeddings()(tail[:, scored]).float()  # (N, n, V)
-        picked = targets[scored].expand(tail.shape[0], -1).unsqueeze(-1)  # (N, n, 1)
-        return torch.log_softmax(logits, dim=-1).gather(-1, picked).squeeze(-1).sum(-1)
+        picked = targets[:, scored]  # (N, n)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, picked.clamp(min=0)[..., None]).squeeze(-1)
+        return (logp * (picked >= 0)).sum(-1)
 
     @staticmethod
     def tails(hidden: torch.Tensor, seq_lens: torch.Tensor, tail_len: int) -> torch.Tensor:
@@ -466,8 +488,9 @@ class GistReranker(GistWeights):
         which training with a frozen reader runs with gradients into the gists' K/V.
 
         stacked: (N, L, 2, H_kv, P + K, h), each row's p prefix columns then its s tail columns, padded
-        to P and K (masked); prefix_lens, tail_lens: (N,) p and s; starts: (N,) each query_start."""
-        n, ell = stacked.shape[0], q.embeds.shape[0]
+        to P and K (masked); prefix_lens, tail_lens: (N,) p and s; starts: (N,) each query_start.
+        `q`: one query for every row, or one a row (`QueryTail.rows`)."""
+        n, ell = stacked.shape[0], q.embeds.shape[-2]
         p_slots = int(prefix_lens.max())
         s_slots = stacked.shape[4] - p_slots
         stacked = stacked.to(self.device, self.dtype)
@@ -475,13 +498,13 @@ class GistReranker(GistWeights):
         positions = layout.online_positions(starts, ell)  # (N, ℓ)
         allowed = self.compressor.online_mask(prefix_lens, p_slots, tail_lens, s_slots, ell)  # (N, ℓ, P+K+ℓ)
         result = self.decoder()(
-            inputs_embeds=q.embeds[None].expand(n, -1, -1),  # (N, ℓ, D)
+            inputs_embeds=q.embeds.expand(n, -1, -1),  # (N, ℓ, D)
             position_ids=positions,
             attention_mask=layout.additive(allowed, self.dtype),
             cache=cache,
             use_cache=True,
         )
-        return self.tail_scores(result.last_hidden_state, q.targets)
+        return self.tail_scores(result.last_hidden_state, q.targets, q.lens)
 
 
 def _pad(x: GistKV, prefix_slots: int, tail_slots: int) -> torch.Tensor:

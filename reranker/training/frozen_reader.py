@@ -46,7 +46,7 @@ from reranker.core import kv_codec, layout
 from reranker.core.config import GistConfig
 from reranker.core.errors import QueryTooLongError
 from reranker.core.kv import GistKV
-from reranker.core.model import GistReranker
+from reranker.core.model import GistReranker, QueryTail
 from reranker.data.relevance_data import RelevanceSet
 from reranker.training.objectives import distill_loss
 
@@ -154,11 +154,17 @@ def stack_items(units: Sequence[GistKV], device: torch.device) -> tuple[torch.Te
     return torch.stack(padded).to(device), lens
 
 
-def reader_scores(reader: GistReranker, query: str, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-    """The reader's full-context scores (N,) of `query` against item K/V from `stack_items`: the query
-    at position j after all j item columns — `score_full`'s arithmetic without re-running the item."""
-    no_tail = torch.zeros_like(lens)
-    return reader.read_stored(reader.query_tail(query), items, lens, no_tail, lens)
+def reader_scores(
+    reader: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor
+) -> torch.Tensor:
+    """The reader's full-context scores (Q, N) of each query against item K/V from `stack_items`: the
+    query at position j after all j item columns — `score_full`'s arithmetic without re-running the
+    item — every (query, item) pair one row of one forward."""
+    q, n = len(queries), items.shape[0]
+    tails = QueryTail.rows([reader.query_tail(x) for x in queries], n)
+    rows = items.repeat(q, *([1] * (items.dim() - 1)))  # (Q·N, …), query-major like `tails`
+    lens = lens.repeat(q)
+    return reader.read_stored(tails, rows, lens, torch.zeros_like(lens), lens).view(q, n)
 
 
 def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
@@ -187,15 +193,21 @@ def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> tor
 
 
 def student_scores(
-    model: GistReranker, query: str, items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
+    model: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
 ) -> torch.Tensor:
-    """Scores (N,) of `query` read by the reader over each item's stored unit — its first p = min(t, j)
-    columns, then its gists' K/V (N, L, 2, H_kv, k, h) — as serving reads it, gradients kept."""
+    """Scores (Q, N) of each query read by the reader over each item's stored unit — its first
+    p = min(t, j) columns, then its gists' K/V (N, L, 2, H_kv, k, h) — as serving reads it, gradients
+    kept; every (query, item) pair one row of one forward."""
+    q, n = len(queries), items.shape[0]
     prefix_lens = lens.clamp(max=model.gist.keep_item_prefix)
     p_slots = int(prefix_lens.max())  # a row with p < P shows padding there, which the online mask hides
     stacked = torch.cat([items[..., :p_slots, :].to(gists.dtype), gists], dim=-2)  # (N, L, 2, H_kv, P+k, h)
-    k = torch.full_like(lens, model.gist.num_gist)
-    return model.read_stored(model.query_tail(query), stacked, prefix_lens, k, lens + k)
+    rows = stacked.repeat(q, *([1] * (stacked.dim() - 1)))  # (Q·N, …), query-major like the tails
+    k = torch.full_like(lens, model.gist.num_gist).repeat(q)
+    tails = QueryTail.rows([model.query_tail(x) for x in queries], n)
+    return model.read_stored(
+        tails, rows, prefix_lens.repeat(q), k, (lens + model.gist.num_gist).repeat(q)
+    ).view(q, n)
 
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -283,12 +295,19 @@ class FrozenGistTrainer:
                 words.pop()
         return None
 
-    def _targets(self, query: str, cands: list[str], items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-        if any((query, c) not in self.targets for c in cands):
+    def _targets(
+        self, queries: list[str], cands: list[str], items: torch.Tensor, lens: torch.Tensor
+    ) -> torch.Tensor:
+        """The reader's scores (Q, N), each pair read once per run."""
+        missing = [q for q in queries if any((q, c) not in self.targets for c in cands)]
+        if missing:
             with torch.inference_mode():
-                scores = reader_scores(self.reader, query, items, lens).tolist()
-            self.targets.update(((query, c), s) for c, s in zip(cands, scores, strict=True))
-        return torch.tensor([self.targets[(query, c)] for c in cands], device=self.model.device)
+                scores = reader_scores(self.reader, missing, items, lens).tolist()
+            for query, row in zip(missing, scores, strict=True):
+                self.targets.update(((query, c), s) for c, s in zip(cands, row, strict=True))
+        return torch.tensor(
+            [[self.targets[(q, c)] for c in cands] for q in queries], device=self.model.device
+        )
 
     def train_step(self) -> dict[str, float]:
         start = time.process_time()
@@ -302,9 +321,9 @@ class FrozenGistTrainer:
         for cands, queries in drawn:
             idx = torch.tensor([row[c] for c in cands], device=self.model.device)
             list_items, list_lens, list_gists = items[idx], lens[idx], gists[idx]  # once for its queries
-            for query in queries:
-                target = self._targets(query, cands, list_items, list_lens)
-                student = student_scores(self.model, query, list_items, list_lens, list_gists)
+            targets = self._targets(queries, cands, list_items, list_lens)  # (Q, N)
+            students = student_scores(self.model, queries, list_items, list_lens, list_gists)  # (Q, N)
+            for student, target in zip(students, targets, strict=True):
                 losses.append(distill_loss(student, target, self.cfg.temperature))
                 agree.append(float(student.argmax() == target.argmax()))
         loss = torch.stack(losses).mean()
