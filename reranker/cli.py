@@ -400,6 +400,9 @@ def train_gists(
         int | None, typer.Option(min=1, help="the first N train queries only (a slice sized to the CPU)")
     ] = None,
     minutes: Annotated[float | None, typer.Option(help="stop after this much wall time")] = None,
+    init_from: Annotated[
+        str | None, typer.Option(help="continue from this gist checkpoint (same reader, k, t and rank)")
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="JSON file of further FrozenGistConfig fields")] = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="keep the reader's item K/V here (codec blobs) instead of in RAM")
@@ -428,6 +431,7 @@ def train_gists(
                 "steps": steps,
                 "max_minutes": minutes,
                 "seed": seed,
+                "init_from": init_from,
             }
             | extra
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import ITEMS, QUERY
+from tiny import build_tiny_base
 
 from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
 from reranker.core.model import GistReranker
@@ -195,6 +196,28 @@ def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_wei
     after = _mean_kl(trained, trainer.reader, data)
     # measured: 0.118 → 0.053; at lr 1e-6 (no learning) it stays at 0.117
     assert after < 0.6 * untrained, (untrained, after)
+
+
+def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(tiny_base: Path, tmp_path: Path) -> None:
+    reader_path = GistReranker.from_pretrained(
+        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
+    ).save_pretrained(tmp_path / "reader")
+    first = FrozenGistConfig(reader=str(reader_path), num_gist=4, adapter_rank=4, steps=3, lr=2e-2)
+    FrozenGistTrainer(first, _toy_set(), tmp_path / "first", device="cpu").fit(progress=False)
+    ckpt = GistReranker.from_pretrained(tmp_path / "first" / "checkpoint", device="cpu")
+    again = first.model_copy(update={"init_from": str(tmp_path / "first" / "checkpoint")})
+    trainer = FrozenGistTrainer(again, _toy_set(), tmp_path / "again", device="cpu")
+    torch.testing.assert_close(trainer.model.gist_embeddings, ckpt.gist_embeddings, rtol=0, atol=0)
+    torch.testing.assert_close(trainer.model.gist_adapter.up, ckpt.gist_adapter.up, rtol=0, atol=0)
+    assert trainer.model.lm is trainer.reader.lm  # one body, the frozen reader's
+    other_base = build_tiny_base(tmp_path / "other-base", seed=1)  # another body
+    other = GistReranker.from_pretrained(
+        other_base, GistConfig(dtype="float32", max_item_tokens=64)
+    ).save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match="another reader"):
+        FrozenGistTrainer(again.model_copy(update={"reader": str(other)}), _toy_set(), tmp_path / "x")
+    with pytest.raises(ValueError, match="k=4"):
+        FrozenGistTrainer(again.model_copy(update={"num_gist": 3}), _toy_set(), tmp_path / "y", device="cpu")
 
 
 def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(tiny_base: Path, tmp_path: Path) -> None:

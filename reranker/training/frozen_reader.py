@@ -79,6 +79,11 @@ class FrozenGistConfig(BaseModel):
     temperature: float = Field(1.0, gt=0.0, description="τ of the list-wise KL")
     lr: float = Field(1e-3, gt=0.0)
     seed: int = 0
+    init_from: str | None = Field(
+        None,
+        description="a gist checkpoint over the same reader, same k, t and adapter rank: its gists and "
+        "adapter are the starting point (training continued, e.g. on another machine)",
+    )
 
 
 # ------------------------------------------------------------------------------------ the item's K/V
@@ -246,6 +251,8 @@ class FrozenGistTrainer:
         }
         gist = GistConfig(**(self.reader.gist.model_dump() | update))
         self.model = self.reader.with_gist_config(gist)  # the reader's body, head and score token, shared
+        if cfg.init_from:
+            self._start_from(GistReranker.read(cfg.init_from, device=device))
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.trained = [self.model.gist_embeddings]
@@ -268,6 +275,16 @@ class FrozenGistTrainer:
         self.step = 0
         self.pairs = 0
         self.cpu_seconds = 0.0
+
+    def _start_from(self, trained: GistReranker) -> None:
+        """This run's student takes `trained`'s gists and adapter — refused unless `trained` reads
+        with this reader's body and head, and has the student's gist layout and adapter rank."""
+        if trained.with_gist_config(self.reader.gist).fingerprint != self.reader.fingerprint:
+            raise ValueError(
+                f"init_from {self.cfg.init_from} was trained over another reader than {self.cfg.reader}"
+            )
+        self.model = trained.with_gist_config(self.model.gist, keep_gists=True)
+        self.model.lm = self.reader.lm  # one body in memory: the reader's (identical, checked above)
 
     def _draw(self) -> list[tuple[list[str], list[str]]]:
         """The step's lists: (candidate texts, the queries asked of them) — its own query, then
