@@ -272,16 +272,20 @@ class GistReranker(GistWeights):
         over the query's tokens (`targets` ≥ 0), each predicted from the row before it — log p(query |
         item), i.e. how well what the gists hold predicts what was asked; ranking candidates by it is
         ranking by p(item | query) under a uniform prior."""
-        n = tail.shape[0]
         if self.gist.score_rule == "head":
+            n = tail.shape[0]
             last = tail[:, -1] if lens is None else tail[torch.arange(n, device=tail.device), lens - 1]
             return self.head(last).squeeze(-1).float()
-        targets = targets.expand(n, -1)  # (N, ℓ)
-        scored = (targets >= 0).any(0).nonzero().squeeze(-1)  # (n,): a query token in some row
+        return likelihood(*self.query_logprobs(tail, targets))
+
+    def query_logprobs(self, tail: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next-token distributions where query tokens are predicted: log-probabilities (N, n, V)
+        float32 at the n positions with a target in some row, and those targets (N, n), -1 where a row
+        has none (its padding)."""
+        targets = targets.expand(tail.shape[0], -1)  # (N, ℓ)
+        scored = (targets >= 0).any(0).nonzero().squeeze(-1)  # (n,)
         logits = self.lm.get_output_embeddings()(tail[:, scored]).float()  # (N, n, V)
-        picked = targets[:, scored]  # (N, n)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, picked.clamp(min=0)[..., None]).squeeze(-1)
-        return (logp * (picked >= 0)).sum(-1)
+        return torch.log_softmax(logits, dim=-1), targets[:, scored]
 
     @staticmethod
     def tails(hidden: torch.Tensor, seq_lens: torch.Tensor, tail_len: int) -> torch.Tensor:
@@ -490,6 +494,19 @@ class GistReranker(GistWeights):
         stacked: (N, L, 2, H_kv, P + K, h), each row's p prefix columns then its s tail columns, padded
         to P and K (masked); prefix_lens, tail_lens: (N,) p and s; starts: (N,) each query_start.
         `q`: one query for every row, or one a row (`QueryTail.rows`)."""
+        return self.tail_scores(
+            self.read_stored_hidden(q, stacked, prefix_lens, tail_lens, starts), q.targets, q.lens
+        )
+
+    def read_stored_hidden(
+        self,
+        q: QueryTail,
+        stacked: torch.Tensor,
+        prefix_lens: torch.Tensor,
+        tail_lens: torch.Tensor,
+        starts: torch.Tensor,
+    ) -> torch.Tensor:
+        """`read_stored`'s forward → the query rows' last-layer outputs (N, ℓ, D), before the score rule."""
         n, ell = stacked.shape[0], q.embeds.shape[-2]
         p_slots = int(prefix_lens.max())
         s_slots = stacked.shape[4] - p_slots
@@ -504,7 +521,14 @@ class GistReranker(GistWeights):
             cache=cache,
             use_cache=True,
         )
-        return self.tail_scores(result.last_hidden_state, q.targets, q.lens)
+        return result.last_hidden_state
+
+
+def likelihood(logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Σ log p(target) over each row's query tokens: log-probabilities (N, n, V), targets (N, n) with -1
+    where a row has none → (N,)."""
+    picked = logp.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    return (picked * (targets >= 0)).sum(-1)
 
 
 def _pad(x: GistKV, prefix_slots: int, tail_slots: int) -> torch.Tensor:

@@ -17,7 +17,9 @@ A step runs only the positions trained parameters act on:
                their K/V, and no reader weight is trainable
 
 and distils the reader list-wise: KL(softmax(target/τ) ‖ softmax(student/τ)) over each list of
-candidates (KV-Distill, PISCO: no labels needed). Lists are the train split's queries with their
+candidates (KV-Distill, PISCO: no labels needed) — and, for a query-likelihood reader, optionally the
+KL of its next-token distributions at every query token (`token_kl_weight`: V numbers a token to
+match instead of one score a pair). Lists are the train split's queries with their
 candidates, and pseudo-queries: a sentence of one candidate asked of its whole list (label-free, many
 per item). Back-propagation covers k + ℓ positions per pair instead of j + k + ℓ, and the item forward
 is paid once per item instead of once per step.
@@ -77,6 +79,12 @@ class FrozenGistConfig(BaseModel):
     )
     dtype: str | None = Field(None, description="storage dtype of a base reader (auto: this machine's)")
     temperature: float = Field(1.0, gt=0.0, description="τ of the list-wise KL")
+    token_kl_weight: float = Field(
+        0.0,
+        ge=0.0,
+        description="weight of the per-token KL to the reader's next-token distributions at the query's "
+        "tokens (a query-likelihood reader only), added to the list-wise KL",
+    )
     lr: float = Field(1e-3, gt=0.0)
     seed: int = 0
     init_from: str | None = Field(
@@ -159,17 +167,30 @@ def stack_items(units: Sequence[GistKV], device: torch.device) -> tuple[torch.Te
     return torch.stack(padded).to(device), lens
 
 
+def _tiled(x: torch.Tensor, q: int) -> torch.Tensor:
+    """(N, …) → (Q·N, …): the rows once per query, query-major like `QueryTail.rows`."""
+    return x.repeat(q, *([1] * (x.dim() - 1)))
+
+
+def reader_read(
+    reader: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor
+) -> tuple[QueryTail, torch.Tensor]:
+    """The reader's full-context read of each query against item K/V from `stack_items` — the query
+    at position j after all j item columns, `score_full`'s arithmetic without re-running the item —
+    every (query, item) pair one row of one forward → (the rows' tails, their outputs (Q·N, ℓ, D))."""
+    tails = QueryTail.rows([reader.query_tail(x) for x in queries], items.shape[0])
+    lens = _tiled(lens, len(queries))
+    return tails, reader.read_stored_hidden(
+        tails, _tiled(items, len(queries)), lens, torch.zeros_like(lens), lens
+    )
+
+
 def reader_scores(
     reader: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor
 ) -> torch.Tensor:
-    """The reader's full-context scores (Q, N) of each query against item K/V from `stack_items`: the
-    query at position j after all j item columns — `score_full`'s arithmetic without re-running the
-    item — every (query, item) pair one row of one forward."""
-    q, n = len(queries), items.shape[0]
-    tails = QueryTail.rows([reader.query_tail(x) for x in queries], n)
-    rows = items.repeat(q, *([1] * (items.dim() - 1)))  # (Q·N, …), query-major like `tails`
-    lens = lens.repeat(q)
-    return reader.read_stored(tails, rows, lens, torch.zeros_like(lens), lens).view(q, n)
+    """The reader's full-context scores (Q, N) of each query against each item (`reader_read`)."""
+    tails, hidden = reader_read(reader, queries, items, lens)
+    return reader.tail_scores(hidden, tails.targets, tails.lens).view(len(queries), -1)
 
 
 def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
@@ -197,22 +218,41 @@ def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> tor
     )
 
 
-def student_scores(
+def student_read(
     model: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
-) -> torch.Tensor:
-    """Scores (Q, N) of each query read by the reader over each item's stored unit — its first
-    p = min(t, j) columns, then its gists' K/V (N, L, 2, H_kv, k, h) — as serving reads it, gradients
-    kept; every (query, item) pair one row of one forward."""
-    q, n = len(queries), items.shape[0]
+) -> tuple[QueryTail, torch.Tensor]:
+    """Each query read by the reader over each item's stored unit — its first p = min(t, j) columns,
+    then its gists' K/V (N, L, 2, H_kv, k, h) — as serving reads it, gradients kept; every (query,
+    item) pair one row of one forward → (the rows' tails, their outputs (Q·N, ℓ, D))."""
+    q, k = len(queries), model.gist.num_gist
     prefix_lens = lens.clamp(max=model.gist.keep_item_prefix)
     p_slots = int(prefix_lens.max())  # a row with p < P shows padding there, which the online mask hides
     stacked = torch.cat([items[..., :p_slots, :].to(gists.dtype), gists], dim=-2)  # (N, L, 2, H_kv, P+k, h)
-    rows = stacked.repeat(q, *([1] * (stacked.dim() - 1)))  # (Q·N, …), query-major like the tails
-    k = torch.full_like(lens, model.gist.num_gist).repeat(q)
-    tails = QueryTail.rows([model.query_tail(x) for x in queries], n)
-    return model.read_stored(
-        tails, rows, prefix_lens.repeat(q), k, (lens + model.gist.num_gist).repeat(q)
-    ).view(q, n)
+    tails = QueryTail.rows([model.query_tail(x) for x in queries], items.shape[0])
+    hidden = model.read_stored_hidden(
+        tails,
+        _tiled(stacked, q),
+        _tiled(prefix_lens, q),
+        torch.full_like(lens, k).repeat(q),
+        _tiled(lens + k, q),
+    )
+    return tails, hidden
+
+
+def student_scores(
+    model: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
+) -> torch.Tensor:
+    """Scores (Q, N) of each query against each item's stored unit (`student_read`)."""
+    tails, hidden = student_read(model, queries, items, lens, gists)
+    return model.tail_scores(hidden, tails.targets, tails.lens).view(len(queries), -1)
+
+
+def token_kl(reader_logp: torch.Tensor, student_logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """KL(reader ‖ student) of the next-token distributions (…, n, V) at query tokens, averaged over
+    the positions with a target (`targets` ≥ 0; padding rows have none)."""
+    kl = (reader_logp.exp() * (reader_logp - student_logp)).sum(-1)
+    real = targets >= 0
+    return (kl * real).sum() / real.sum()
 
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -251,6 +291,11 @@ class FrozenGistTrainer:
         }
         gist = GistConfig(**(self.reader.gist.model_dump() | update))
         self.model = self.reader.with_gist_config(gist)  # the reader's body, head and score token, shared
+        if cfg.token_kl_weight and self.reader.gist.score_rule != "query_likelihood":
+            raise ValueError(
+                f"token_kl_weight needs a query-likelihood reader; {cfg.reader} scores by "
+                f"{self.reader.gist.score_rule!r}"
+            )
         if cfg.init_from:
             self._start_from(GistReranker.read(cfg.init_from, device=device))
         for p in self.model.parameters():
@@ -334,16 +379,26 @@ class FrozenGistTrainer:
         items, lens = stack_items([units[t] for t in texts], self.model.device)
         gists = gist_kv(self.model, items, lens)  # every item of the step once
         row = {t: i for i, t in enumerate(texts)}
-        losses, agree = [], []
+        losses, token_losses, agree = [], [], []
         for cands, queries in drawn:
             idx = torch.tensor([row[c] for c in cands], device=self.model.device)
             list_items, list_lens, list_gists = items[idx], lens[idx], gists[idx]  # once for its queries
             targets = self._targets(queries, cands, list_items, list_lens)  # (Q, N)
-            students = student_scores(self.model, queries, list_items, list_lens, list_gists)  # (Q, N)
+            tails, hidden = student_read(self.model, queries, list_items, list_lens, list_gists)
+            students = self.model.tail_scores(hidden, tails.targets, tails.lens).view(len(queries), -1)
             for student, target in zip(students, targets, strict=True):
                 losses.append(distill_loss(student, target, self.cfg.temperature))
                 agree.append(float(student.argmax() == target.argmax()))
+            if self.cfg.token_kl_weight:
+                with torch.no_grad():  # not inference mode: its outputs enter the loss's graph
+                    _, reader_hidden = reader_read(self.reader, queries, list_items, list_lens)
+                    reader_logp, picked = self.reader.query_logprobs(reader_hidden, tails.targets)
+                student_logp, _ = self.model.query_logprobs(hidden, tails.targets)
+                token_losses.append(token_kl(reader_logp, student_logp, picked))
         loss = torch.stack(losses).mean()
+        token = torch.stack(token_losses).mean() if token_losses else torch.zeros(())
+        if token_losses:
+            loss = loss + self.cfg.token_kl_weight * token
         for p in self.trained:
             p.grad = None
         loss.backward()
@@ -355,6 +410,7 @@ class FrozenGistTrainer:
         return {
             "step": self.step,
             "loss": float(loss.detach()),
+            "token_kl": float(token.detach()),
             "top1_agreement": sum(agree) / len(agree),
             "pairs": pairs,
             "cpu_seconds": cpu,
