@@ -48,7 +48,7 @@ from reranker.core import kv_codec, layout
 from reranker.core.config import GistConfig
 from reranker.core.errors import QueryTooLongError
 from reranker.core.kv import GistKV
-from reranker.core.model import GistReranker, QueryTail
+from reranker.core.model import GistReranker, QueryTail, likelihood
 from reranker.data.relevance_data import RelevanceSet
 from reranker.training.objectives import distill_loss
 
@@ -233,7 +233,7 @@ def student_read(
         tails,
         _tiled(stacked, q),
         _tiled(prefix_lens, q),
-        torch.full_like(lens, k).repeat(q),
+        _tiled(torch.full_like(lens, k), q),
         _tiled(lens + k, q),
     )
     return tails, hidden
@@ -383,18 +383,22 @@ class FrozenGistTrainer:
         for cands, queries in drawn:
             idx = torch.tensor([row[c] for c in cands], device=self.model.device)
             list_items, list_lens, list_gists = items[idx], lens[idx], gists[idx]  # once for its queries
-            targets = self._targets(queries, cands, list_items, list_lens)  # (Q, N)
             tails, hidden = student_read(self.model, queries, list_items, list_lens, list_gists)
             students = self.model.tail_scores(hidden, tails.targets, tails.lens).view(len(queries), -1)
-            for student, target in zip(students, targets, strict=True):
-                losses.append(distill_loss(student, target, self.cfg.temperature))
-                agree.append(float(student.argmax() == target.argmax()))
             if self.cfg.token_kl_weight:
+                # one reader read gives both targets: its next-token distributions and, summed at the
+                # query's tokens, its scores (a query-likelihood reader's score rule)
                 with torch.no_grad():  # not inference mode: its outputs enter the loss's graph
                     _, reader_hidden = reader_read(self.reader, queries, list_items, list_lens)
                     reader_logp, picked = self.reader.query_logprobs(reader_hidden, tails.targets)
+                targets = likelihood(reader_logp, picked).view(len(queries), -1)
                 student_logp, _ = self.model.query_logprobs(hidden, tails.targets)
                 token_losses.append(token_kl(reader_logp, student_logp, picked))
+            else:
+                targets = self._targets(queries, cands, list_items, list_lens)  # (Q, N), cached per pair
+            for student, target in zip(students, targets, strict=True):
+                losses.append(distill_loss(student, target, self.cfg.temperature))
+                agree.append(float(student.argmax() == target.argmax()))
         loss = torch.stack(losses).mean()
         token = torch.stack(token_losses).mean() if token_losses else torch.zeros(())
         if token_losses:
