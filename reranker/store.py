@@ -21,8 +21,11 @@ This module owns the rules Feast does not have:
   ``max(now, stored + 1)`` in whole seconds, so rewrites within the same second land too (their
   timestamps run ahead of the clock by at most the number of such rewrites).
 
-The read-before-write is atomic only within one process (a lock): each item must have one writer at a
-time, which the consumer group of the model is (Kafka partitions by item id; serving never writes).
+The rule is applied twice: here, against a batched read, to resolve a batch and to report what was
+written; and inside the online store, atomically with the write (`reranker.write_fence`, swapped in for
+Feast's SQLite and Redis stores), so a second writer of the same item in another process — a consumer
+dropped from its group mid-batch, `materialize` beside a consumer — cannot put an older version over a
+newer one. Other Feast online stores get the in-process check only.
 
 ``import feast`` takes seconds, so it happens when a `GistStore` is built, not when this module is
 imported; build one per process and reuse it.
@@ -30,7 +33,9 @@ imported; build one per process and reuse it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import logging
 import os
 import re
 import sqlite3
@@ -52,6 +57,8 @@ if TYPE_CHECKING:
     from feast import FeatureStore, RepoConfig
 
     from reranker.core.kv import GistKV
+
+logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FEATURE_REPO = REPO_ROOT / "feature_repo"
@@ -143,8 +150,8 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
-class _Record:
-    """What the winning rule compares: a row as stored, live or tombstone."""
+class RowVersion:
+    """What the winning rule compares: a row as stored or written, live or tombstone."""
 
     version: int
     deleted: bool
@@ -152,7 +159,7 @@ class _Record:
     content_hash: str = ""
     kv: bytes = b""
 
-    def supersedes(self, stored: _Record | None) -> bool:
+    def supersedes(self, stored: RowVersion | None) -> bool:
         if stored is None:
             return True
         if self.version != stored.version:
@@ -161,10 +168,31 @@ class _Record:
             return False  # a delete is final for its version: a redelivered upsert must not undo it
         if self.deleted:
             return True
-        return (self.fingerprint, self.content_hash, self.kv) != (
-            stored.fingerprint,
-            stored.content_hash,
-            stored.kv,
+        return self.digest() != stored.digest()
+
+    def digest(self) -> str:
+        """The content compared at equal versions, as a string a Redis script can compare ('' if deleted)."""
+        if self.deleted:
+            return ""
+        h = hashlib.sha256()
+        for part in (self.fingerprint.encode(), self.content_hash.encode(), self.kv):
+            h.update(len(part).to_bytes(8, "big") + part)
+        return h.hexdigest()
+
+    def fence(self) -> str:
+        """The rule's inputs as one string for the Redis fence field (`reranker.write_fence`): the version
+        zero-padded so that string order is numeric order (Lua numbers are exact only below 2**53)."""
+        return f"{self.version:020d}|{int(self.deleted)}|{self.digest()}"
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> RowVersion:
+        """From a row's column values (None where a column is missing)."""
+        return cls(
+            int(values["version"]),
+            bool(values["deleted"]),
+            values["fingerprint"] or "",
+            values["content_hash"] or "",
+            values["kv"] or b"",
         )
 
 
@@ -266,7 +294,17 @@ class GistStore:
         self._objects = self._definitions.build_definitions(self.data_dir, fingerprint)
         self.view = self._definitions.view_name(fingerprint)
         repo_config = self._repo_config(online)
-        self.online = str(repo_config.online_store.type)
+        from reranker.write_fence import FENCED_TYPES
+
+        kind = str(repo_config.online_store.type)
+        # "sqlite" / "redis" for the fenced stores swapped in for them (`reranker.write_fence`)
+        self.online = {fenced: plain for plain, fenced in FENCED_TYPES.items()}.get(kind, kind)
+        if self.online not in FENCED_TYPES:
+            logger.warning(
+                "online store %s: writes are compared with the stored version within this process only; "
+                "run one writer per item (reranker.write_fence fences SQLite and Redis across processes)",
+                kind,
+            )
         self._where = self._describe(repo_config)
         try:
             # Feast creates only the last path component itself.
@@ -313,6 +351,12 @@ class GistStore:
                 }
             else:
                 raw["online_store"] = {"type": "sqlite", "path": str(self.data_dir / "online.db")}
+        from reranker.write_fence import FENCED_TYPES
+
+        online_store = raw.setdefault("online_store", {"type": "sqlite"})
+        if isinstance(online_store, str):  # Feast's shorthand `online_store: redis`
+            online_store = raw["online_store"] = {"type": online_store}
+        online_store["type"] = FENCED_TYPES.get(online_store.get("type", "sqlite"), online_store.get("type"))
         config = RepoConfig(**raw)
         config.repo_path = path.parent  # what relative paths in the file are read from, as in `feast`
         return config
@@ -324,7 +368,7 @@ class GistStore:
             return f"redis at {self.redis_url}"
         where = getattr(store, "connection_string", None) or getattr(store, "path", None) or ""
         source = f" (from {self.config_path})" if self.config_path is not None else ""
-        kind = getattr(store, "redis_type", None) or store.type
+        kind = getattr(store, "redis_type", None) or self.online
         return f"{getattr(kind, 'value', kind)} online store {where}{source}".replace("  ", " ")
 
     @contextmanager
@@ -418,9 +462,12 @@ class GistStore:
         Delete the view's fields from every key of the project, through Feast's own client (cluster too)."""
         from feast.infra.online_stores.helpers import _mmh3
 
+        from reranker import write_fence
+
         config = self._store.config
-        client = self._store._get_provider().online_store._get_client(config.online_store)
-        fields = [_mmh3(f"{view.name}:{f.name}") for f in view.features] + [f"_ts:{view.name}".encode()]
+        client = self._online_store()._get_client(config.online_store)
+        fields = [_mmh3(f"{view.name}:{f.name}") for f in view.features]
+        fields += [f"_ts:{view.name}".encode(), write_fence.fence_field(view.name).encode()]
         with client.pipeline(transaction=False) as pipe:
             for n, key in enumerate(client.scan_iter(match=b"*" + config.project.encode()), start=1):
                 pipe.hdel(key, *fields)  # a hash left without fields is removed by Redis itself
@@ -478,7 +525,7 @@ class GistStore:
         if foreign:
             raise ValueError(f"rows of models {foreign} written to the view of model {self.fingerprint}")
         return self._write(
-            [(r.item_id, _Record(r.version, False, r.fingerprint, r.content_hash, r.kv), r) for r in rows]
+            [(r.item_id, RowVersion(r.version, False, r.fingerprint, r.content_hash, r.kv), r) for r in rows]
         )
 
     def delete(self, item_ids: Sequence[str], versions: Sequence[int]) -> WriteResult:
@@ -487,9 +534,9 @@ class GistStore:
             raise ValueError(f"{len(item_ids)} item ids but {len(versions)} versions")
         if not all(item_ids):
             raise ValueError("item ids must be non-empty")
-        return self._write([(i, _Record(v, True), None) for i, v in zip(item_ids, versions, strict=True)])
+        return self._write([(i, RowVersion(v, True), None) for i, v in zip(item_ids, versions, strict=True)])
 
-    def _write(self, entries: list[tuple[str, _Record, GistRow | None]]) -> WriteResult:
+    def _write(self, entries: list[tuple[str, RowVersion, GistRow | None]]) -> WriteResult:
         if not entries:
             return WriteResult((), ())
         import pandas as pd
@@ -497,20 +544,12 @@ class GistStore:
         ids = list(dict.fromkeys(item_id for item_id, _, _ in entries))
         with self._guard():
             values = self._online(ids, _FEATURES)
-            stored: dict[str, _Record | None] = {}
+            stored: dict[str, RowVersion | None] = {}
             stored_ts: dict[str, int] = {}
             for i, item_id in enumerate(ids):
                 stored_ts[item_id] = values[f"version{_TS_SUFFIX}"][i]
-                if values["version"][i] is None:
-                    stored[item_id] = None
-                else:
-                    stored[item_id] = _Record(
-                        values["version"][i],
-                        values["deleted"][i],
-                        values["fingerprint"][i],
-                        values["content_hash"][i],
-                        values["kv"][i],
-                    )
+                row = {f: values[f][i] for f in _FEATURES}
+                stored[item_id] = None if row["version"] is None else RowVersion.from_values(row)
             # Resolve the batch against the store and against itself: per item, the winning entry's index.
             winner: dict[str, int] = {}
             for n, (item_id, record, _) in enumerate(entries):
@@ -527,13 +566,19 @@ class GistStore:
                     frame[self._definitions.TIMESTAMP_FIELD], unit="s", utc=True
                 )
                 self._store.push(self._definitions.push_source_name(self.fingerprint), frame)
+                # another process's write that landed after the read above wins inside the store
+                fenced = set(getattr(self._online_store(), "fenced_out", ()))
+                winning = [n for n in winning if entries[n][0] not in fenced]
         won = set(winning)
         return WriteResult(
             written=tuple(entries[n][0] for n in winning),
             skipped=tuple(e[0] for n, e in enumerate(entries) if n not in won),
         )
 
-    def _frame_row(self, item_id: str, record: _Record, row: GistRow | None, ts: int) -> dict[str, Any]:
+    def _online_store(self) -> Any:
+        return self._store._get_provider().online_store
+
+    def _frame_row(self, item_id: str, record: RowVersion, row: GistRow | None, ts: int) -> dict[str, Any]:
         return {
             self._definitions.JOIN_KEY: item_id,
             "kv": record.kv,

@@ -27,7 +27,7 @@ MINUTES=${MINUTES:-}  # a fixed wall-time slot (e.g. one lent GPU): training sto
 CONFIG=${CONFIG:-configs/frozen_gists/ap89.json}  # further FrozenGistConfig fields (lists per step, lr, …)
 CACHE_DIR=${CACHE_DIR-$OUT/item-kv}  # empty: the item K/V stays in memory (MEMORY_ITEMS units)
 MEMORY_ITEMS=${MEMORY_ITEMS:-256}
-READER="gistrank-base-ql-prefix64"  # the default model; its reader is the frozen reader here
+READER=${READER:-gistrank-base-ql-prefix64}  # default: the default model, whose reader is the untouched base; or gistrank-teacher-lora (head rule)
 RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}-$DEVICE
 
 set_for() { echo "data/ap89-${1/:/-}"; }

@@ -4,8 +4,12 @@ Redis Cluster of three masters with a SQL registry, configured by a Feast featur
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,6 +161,55 @@ def test_each_model_has_its_own_view_and_a_dropped_view_takes_its_rows(store: Gi
         b_store.read(["x"])
     b_store.apply()  # a new view of the same name starts empty: the old rows went with the view
     assert b_store.read(["x", "y"]) == {"x": None, "y": None}
+
+
+# A writer that read the stored rows, then stalled (a consumer dropped from its group mid-batch, a GC
+# pause) before its push: the push happens only once the test creates `go`.
+_ZOMBIE = """
+import json, sys, time
+from pathlib import Path
+from reranker.store import GistRow, GistStore
+config, data_dir, online, redis_url, fp, ready, go = sys.argv[1:]
+store = (GistStore(config=config, fingerprint=fp) if config else
+         GistStore(Path(data_dir), online, redis_url or None, fingerprint=fp))
+push = store._store.push
+def stalled_push(*args, **kwargs):
+    Path(ready).touch()
+    while not Path(go).exists():
+        time.sleep(0.02)
+    return push(*args, **kwargs)
+store._store.push = stalled_push
+result = store.write([GistRow("a", b"zombie", fp, 8, 5, "ch-zombie", version=2)])
+print(json.dumps({"written": result.written, "skipped": result.skipped}))
+"""
+
+
+@pytest.mark.chaos
+def test_a_stalled_writer_cannot_put_an_older_version_over_a_newer_one(
+    store: GistStore, tmp_path: Path
+) -> None:
+    store.write([row("a", version=1, seed=1)])
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    args = [str(store.config_path or ""), str(store.data_dir), store.online, store.redis_url or ""]
+    zombie = subprocess.Popen(
+        [sys.executable, "-c", _ZOMBIE, *args, FP_A, str(ready), str(go)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():  # the zombie read version 1, and decided its version 2 wins
+            assert zombie.poll() is None and time.monotonic() < deadline, "the zombie never reached its push"
+            time.sleep(0.05)
+        newer = row("a", version=3, seed=3)
+        assert store.write([newer]).written == ("a",)  # the new owner, in this process
+        go.touch()
+        out, _ = zombie.communicate(timeout=120)
+    finally:
+        zombie.kill()
+    assert zombie.returncode == 0
+    assert json.loads(out) == {"written": [], "skipped": ["a"]}  # it learns that it lost
+    assert store.read(["a"])["a"] == newer
 
 
 def test_delete_then_read_is_none(store: GistStore) -> None:
