@@ -216,7 +216,7 @@ def consume(
     idle_exit_s: Annotated[float | None, typer.Option(help="exit after this long without records")] = None,
 ) -> None:
     """Consume change events: compress changed items into the gist store; SIGTERM finishes the batch."""
-    from streaming.consumer import GistConsumer
+    from streaming.consumer import ForeignGroupError, GistConsumer
 
     _configure_logging()
     settings = _settings(bootstrap_servers)
@@ -228,14 +228,18 @@ def consume(
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, addr=metrics_address)
-    consumer = GistConsumer(
-        settings,
-        gist_model,
-        store,
-        batch_size=batch_size,
-        compress_batch_size=compress_batch_size,
-        storage_dtype=storage_dtype.value if storage_dtype else None,
-    )
+    try:
+        consumer = GistConsumer(
+            settings,
+            gist_model,
+            store,
+            batch_size=batch_size,
+            compress_batch_size=compress_batch_size,
+            storage_dtype=storage_dtype.value if storage_dtype else None,
+        )
+    except ForeignGroupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
@@ -247,6 +251,9 @@ def consume(
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         batches = consumer.run(stop, max_batches=max_batches, idle_exit_s=idle_exit_s)
+    except ForeignGroupError as exc:  # found before a commit: nothing of this batch was committed
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -11,7 +11,12 @@ One batch, in order (`GistConsumer.process_batch`):
    compressed in batches
 4. push the rows and tombstones to Feast (`GistStore.write` / `delete`, version-guarded and idempotent)
 5. wait until the broker acknowledged every dead-letter record
-6. commit the batch's offsets
+6. commit the batch's offsets, with the model's fingerprint as commit metadata
+
+Each model's writers form their own consumer group (`gistrank-gist-writer-<fingerprint>` unless
+GISTRANK_KAFKA_GROUP_ID says otherwise), and a consumer refuses, at start and before every commit, a group
+whose offsets another model committed (`ForeignGroupError`): two models sharing a group would split the
+partitions, each silently missing the other's half of the changes.
 
 Offsets are committed only after 4 and 5 succeeded, so a crash anywhere before the commit redelivers the
 whole batch (at-least-once) and the redelivery is harmless: the store skips what it already holds. If 4, 5
@@ -24,7 +29,8 @@ Dead-letter record (Kafka key = the original key; value = JSON object):
     {"reason": "invalid JSON: Expecting value: line 1 column 1 (char 0)",   # one line, human-readable
      "reason_code": "invalid_json",                     # one of monitoring.metrics.DEAD_LETTER_REASONS
      "source": {"topic": "...", "partition": 0, "offset": 17, "timestamp_ms": 1714557600000},
-     "consumer_group": "gistrank-gist-writer", "dead_lettered_at": "2024-05-01T12:00:00.000000Z",
+     "consumer_group": "gistrank-gist-writer-<fingerprint>",
+     "dead_lettered_at": "2024-05-01T12:00:00.000000Z",
      "key": <payload> | null, "value": <payload> | null, "headers": [[name, <payload>], ...]}
 
     <payload> = {"encoding": "utf-8", "data": <text>, "size": n}     when the bytes are valid UTF-8, else
@@ -63,7 +69,7 @@ from monitoring.metrics import (
     CONSUMER_SKIPPED,
 )
 from reranker.catalog.events import ChangeEvent, InvalidEventError, decode_event, format_timestamp
-from reranker.catalog.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings
+from reranker.catalog.kafka_settings import DEFAULT_GROUP_PREFIX, DLQ_MAX_MESSAGE_BYTES, KafkaSettings
 from reranker.core.render import content_hash
 from reranker.store import FeatureStoreUnavailableError, GistRow, GistStore
 from streaming.materialize import compress_rows
@@ -75,6 +81,7 @@ if TYPE_CHECKING:
     from reranker.core.model import GistReranker
 
 log = logging.getLogger(__name__)
+OWNER_PREFIX = "gistrank-model="  # commit metadata: "gistrank-model=<fingerprint>"
 
 # Room for the JSON envelope around a dead-lettered payload within the topic's record size limit.
 _DLQ_ENVELOPE_BYTES = 64 * 1024
@@ -188,12 +195,14 @@ class GistConsumer:
         self.max_backoff_s = max_backoff_s
         self.rejoin_after_s = rejoin_after_s
         self.fingerprint = model.fingerprint
-        self._consumer = KafkaConsumer(**settings.consumer_kwargs())
+        self.group_id = settings.group_for(model.fingerprint)
+        self._consumer = KafkaConsumer(**settings.consumer_kwargs(self.group_id))
         # Knowing the topic's partitions before the first join spares the group a second rebalance right
         # after startup (assignment without metadata, then again with it): see _check_membership.
         if not self._consumer.partitions_for_topic(settings.topic):
             log.warning("topic %s does not exist (yet); waiting for it", settings.topic)
         self._consumer.subscribe([settings.topic])
+        self._check_group_owner()  # a misconfigured group fails at start, not after its first batch
         self._dlq = KafkaProducer(**settings.producer_kwargs(DLQ_MAX_MESSAGE_BYTES))
         self._lag_partitions: set[TopicPartition] = set()
         self._rebalancing_since: float | None = None
@@ -456,7 +465,7 @@ class GistConsumer:
                 letter.record.offset,
                 letter.reason,
             )
-            value = dead_letter_value(letter, self.settings.group_id)
+            value = dead_letter_value(letter, self.group_id)
             key = letter.record.key
             # The key only partitions the dead-letter topic (the value holds it in full): drop a huge one
             # rather than exceed the record size limit.
@@ -477,11 +486,36 @@ class GistConsumer:
         for record in records:
             tp = TopicPartition(record.topic, record.partition)
             offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
+        self._check_group_owner()
         self._consumer.commit(
-            {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()},
+            {tp: OffsetAndMetadata(offset, self._owner, -1) for tp, offset in offsets.items()},
             timeout_ms=int(self.ack_timeout_s * 1000),
         )
         return offsets
+
+    @property
+    def _owner(self) -> str:
+        """Commit metadata: the model whose view this group's offsets describe."""
+        return f"{OWNER_PREFIX}{self.fingerprint}"
+
+    def _check_group_owner(self) -> None:
+        """Refuse a group whose offsets, on any partition of the topic, were committed by another model's
+        consumer: sharing a group splits the partitions, and each model would silently miss the changes
+        (deletes too) committed by the other. Offsets committed without an owner (older versions) pass."""
+        for partition in sorted(self._consumer.partitions_for_topic(self.settings.topic) or ()):
+            committed = self._consumer.committed(
+                TopicPartition(self.settings.topic, partition),
+                metadata=True,
+                timeout_ms=int(self.ack_timeout_s * 1000),
+            )
+            owner = committed.metadata if committed is not None else ""
+            if owner.startswith(OWNER_PREFIX) and owner != self._owner:
+                raise ForeignGroupError(
+                    f"consumer group {self.group_id!r} holds offsets of {self.settings.topic}[{partition}] "
+                    f"committed for model {owner.removeprefix(OWNER_PREFIX)}; this consumer writes model "
+                    f"{self.fingerprint}: give each model its own group (unset GISTRANK_KAFKA_GROUP_ID: "
+                    f"each model then uses {DEFAULT_GROUP_PREFIX}<its fingerprint>)"
+                )
 
     def _update_lag(self) -> None:
         """Lag = high watermark − position, from the last fetch responses (no extra broker request)."""
@@ -500,6 +534,10 @@ class GistConsumer:
             if position is not None:
                 CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, highwater - position))
                 self._lag_partitions.add(tp)
+
+
+class ForeignGroupError(RuntimeError):
+    """The consumer group's committed offsets belong to another model's writers (`_check_group_owner`)."""
 
 
 class _DeadLetterError(RuntimeError):

@@ -139,9 +139,8 @@ def kafka_env(settings: KafkaSettings) -> dict[str, str]:
         "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "GISTRANK_KAFKA_TOPIC": settings.topic,
         "GISTRANK_KAFKA_DLQ_TOPIC": settings.dlq_topic,
-        "GISTRANK_KAFKA_GROUP_ID": settings.group_id,
         "GISTRANK_KAFKA_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
-    }
+    } | ({"GISTRANK_KAFKA_GROUP_ID": settings.group_id} if settings.group_id else {})
 
 
 class Probe:

@@ -182,7 +182,7 @@ def test_settings_from_env_build_client_kwargs() -> None:
     }
     config = KafkaSettings.from_env(env, bootstrap_servers=None)
     assert "s3cret" not in repr(config)
-    consumer = config.consumer_kwargs()
+    consumer = config.consumer_kwargs(config.group_for("f" * 32))
     assert consumer["bootstrap_servers"] == ["b1:9093", "b2:9093"]
     assert consumer["sasl_plain_password"] == "s3cret" and consumer["ssl_cafile"] == "/etc/ca.pem"
     assert (consumer["group_id"], consumer["enable_auto_commit"]) == ("writers", False)
@@ -192,6 +192,7 @@ def test_settings_from_env_build_client_kwargs() -> None:
         KafkaProducer.DEFAULT_CONFIG
     )
     assert KafkaSettings.from_env(env, bootstrap_servers="x:1").servers == ["x:1"]
+    assert KafkaSettings().group_for("ab12") == "gistrank-gist-writer-ab12"  # unset: one group per model
     with pytest.raises(ValueError, match="needs sasl_mechanism"):
         KafkaSettings.from_env({"GISTRANK_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
     with pytest.raises(ValueError, match="must differ"):
@@ -528,6 +529,43 @@ def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
     consume_all(probe, tiny_model, store)
     for item_id, (version, item) in latest.items():
         assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
+
+
+@pytest.mark.chaos
+def test_a_second_model_in_the_live_group_is_refused_and_commits_nothing(
+    settings: KafkaSettings,
+    probe: Probe,
+    tiny_model: GistReranker,
+    tiny_base: Path,
+    store: GistStore,
+    tmp_path: Path,
+) -> None:
+    """Model B's consumer started with model A's group (GISTRANK_KAFKA_GROUP_ID copied from A's manifest)
+    would take half the partitions and commit them: A would never see those changes, deletes included.
+    It is refused at start with a one-line error, commits nothing, and A then sees every change."""
+    latest = {f"item-{n}": (1, fields(f"item {n}", "first")) for n in range(12)}
+    assert publish_events(settings, [upsert(i, v, item) for i, (v, item) in latest.items()]) == 12
+    consume_all(probe, tiny_model, store)
+    offsets = probe.admin.list_group_offsets({settings.group_id: None})[settings.group_id]
+    assert {meta.metadata for meta in offsets.values()} == {f"gistrank-model={tiny_model.fingerprint}"}
+    committed = probe.committed()
+
+    changes = [upsert(f"item-{n}", 2, fields(f"item {n}", "second")) for n in range(6)]
+    assert publish_events(settings, [*changes, delete("item-11", 2)]) == 7
+    model_b = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=2, dtype="float32"), device="cpu")
+    assert model_b.fingerprint != tiny_model.fingerprint
+    args = ["consume", "--model", str(model_b.save_pretrained(tmp_path / "model-b"))]
+    args += ["--feast-dir", str(tmp_path / "feast-b"), "--no-create-topics", "--idle-exit-s", "5"]
+    result = CliRunner().invoke(cli_app, args, env=kafka_env(settings))
+    assert result.exit_code == 2, result.output
+    assert f"committed for model {tiny_model.fingerprint}" in result.output
+    assert "Traceback" not in result.output
+    assert probe.committed() == committed  # B committed nothing
+
+    consume_all(probe, tiny_model, store)  # A resumes: every change reaches its view, the delete too
+    for event in changes:
+        assert_row_is_direct_compress(store, tiny_model, event.item_id, event.fields, 2)
+    assert store.read(["item-11"])["item-11"] is None
 
 
 @pytest.mark.scale

@@ -11,7 +11,7 @@ configures brokers, TLS and SASL once, in the environment, the way production in
     GISTRANK_KAFKA_SSL_PASSWORD        password of an encrypted key file
     GISTRANK_KAFKA_TOPIC               change topic      (default gistrank.catalog-changes)
     GISTRANK_KAFKA_DLQ_TOPIC           dead-letter topic (default gistrank.catalog-changes.dlq)
-    GISTRANK_KAFKA_GROUP_ID            consumer group    (default gistrank-gist-writer)
+    GISTRANK_KAFKA_GROUP_ID            consumer group    (default gistrank-gist-writer-<model fingerprint>)
     GISTRANK_KAFKA_SESSION_TIMEOUT_MS  how soon a crashed consumer's partitions move on (default 45000)
     GISTRANK_KAFKA_CLIENT_ID           client id shown in broker logs and quotas (default gistrank)
 
@@ -31,6 +31,8 @@ ENV_PREFIX = "GISTRANK_KAFKA_"
 # records larger than the change topic's (broker default ~1 MiB). Created with this limit by `ensure_topics`;
 # the consumer's DLQ producer uses the same bound and truncates (flagged) only what would still not fit.
 DLQ_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+DEFAULT_GROUP_PREFIX = "gistrank-gist-writer-"
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -52,7 +54,8 @@ class KafkaSettings(BaseModel):
     ssl_password: SecretStr | None = None
     topic: str = Field("gistrank.catalog-changes", min_length=1)
     dlq_topic: str = Field("gistrank.catalog-changes.dlq", min_length=1)
-    group_id: str = Field("gistrank-gist-writer", min_length=1)
+    # None: one group per model (`group_for`), so two models' consumers never split one group's partitions
+    group_id: str | None = Field(None, min_length=1)
     client_id: str = Field("gistrank", min_length=1)
     # The group waits this long for a consumer that died without leaving (kill -9, lost host) before its
     # partitions are reassigned; the broker bounds it (group.min.session.timeout.ms, 6 s by default).
@@ -123,11 +126,15 @@ class KafkaSettings(BaseModel):
             kwargs["max_request_size"] = max_request_size
         return kwargs
 
-    def consumer_kwargs(self) -> dict[str, Any]:
+    def group_for(self, fingerprint: str) -> str:
+        """The consumer group of the gist writers of one model: the configured one, else one per model."""
+        return self.group_id or f"{DEFAULT_GROUP_PREFIX}{fingerprint}"
+
+    def consumer_kwargs(self, group_id: str) -> dict[str, Any]:
         """Manual commits only (the consumer commits after its writes are acknowledged); a new group
         starts from the oldest retained event so that nothing published before it existed is missed."""
         return self.client_kwargs() | {
-            "group_id": self.group_id,
+            "group_id": group_id,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
             # Topics are created explicitly (ensure_topics); a typo must not create an empty topic.
