@@ -243,6 +243,9 @@ class Coverage:
         return self.current / self.items if self.items else 1.0
 
 
+# The view's own note of when serving last read it (`GistStore.record_use`): catalog item ids cannot hold
+# control characters (reranker.catalog.events), so this id is never an item's.
+_LAST_USE_ID = "\x00last-use"
 _FINGERPRINT = re.compile(r"[0-9a-zA-Z]{1,64}")
 
 
@@ -506,6 +509,18 @@ class GistStore:
                     version=values["version"][i],
                 )
         return rows
+
+    def record_use(self, replica: str) -> None:
+        """Note that a serving replica reads this model's view now (for `rollout gc`'s guard): a row under
+        an id no catalog item can have, its version the time in whole seconds, its bytes the replica's
+        name; the version rule keeps the latest of every replica's notes."""
+        now = int(time.time())
+        self.write([GistRow(_LAST_USE_ID, replica.encode() or b"?", self.fingerprint, 0, 0, "use", now)])
+
+    def last_use(self) -> tuple[int, str] | None:
+        """(unix seconds, replica) of the latest `record_use` in this view, None if serving never read it."""
+        row = self.read([_LAST_USE_ID])[_LAST_USE_ID]
+        return None if row is None else (row.version, row.kv.decode(errors="replace"))
 
     def stored_fingerprints(self, item_ids: Sequence[str]) -> dict[str, str | None]:
         """Fingerprint of each item's live row, None when missing or deleted (so it needs materializing)."""

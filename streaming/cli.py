@@ -436,23 +436,47 @@ def rollout_gc(
     fingerprint: Fingerprint = None,
     keep: Annotated[list[str] | None, typer.Option(help="another fingerprint to keep (repeatable)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would be dropped")] = False,
+    unused_for: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="minutes without a serving read before a view may be dropped (replicas note "
+            "their use once a minute)",
+        ),
+    ] = 15.0,
+    force: Annotated[bool, typer.Option("--force", help="drop views that serving read recently too")] = False,
     feast_dir: FeastDir = None,
     online: Online = OnlineStore.sqlite,
     redis_url: RedisUrl = None,
     feast_config: FeastConfig = None,
 ) -> None:
     """Drop every model's view (registry entry and online rows) except --model's (the live one) and
-    --keep's. Run it after every replica serves the live model."""
+    --keep's, and except views a serving replica read in the last --unused-for minutes (unless --force);
+    exit 1 if any view was refused. Run it after every replica serves the live model."""
+    import time
+
     live = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
     store = _open_store(live, feast_dir, online, redis_url, feast_config)
     kept = {live, *(keep or [])}
+    refused = 0
     for view in store.views():
         if view in kept:
             typer.echo(f"keep {view}")
             continue
+        other = store.for_model(view)
+        used = other.last_use()
+        if used is not None and not force and time.time() - used[0] < unused_for * 60:
+            refused += 1
+            typer.echo(
+                f"refuse {view}: serving read it {time.time() - used[0]:.0f} s ago (replica {used[1]}); "
+                f"switch its replicas first, or pass --force"
+            )
+            continue
         if not dry_run:
-            store.for_model(view).drop()
+            other.drop()
         typer.echo(f"{'would drop' if dry_run else 'dropped'} {view}")
+    if refused:
+        raise typer.Exit(1)
 
 
 main = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)

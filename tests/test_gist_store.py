@@ -212,6 +212,20 @@ def test_a_stalled_writer_cannot_put_an_older_version_over_a_newer_one(
     assert store.read(["a"])["a"] == newer
 
 
+def test_serving_use_is_noted_per_view_and_is_no_item(store: GistStore) -> None:
+    other = store.for_model(FP_B)
+    other.apply()
+    assert store.last_use() is None
+    before = int(time.time())
+    store.record_use("host-1:42")
+    when, replica = store.last_use()
+    assert before <= when <= time.time() and replica == "host-1:42"
+    store.record_use("host-2:7")  # the latest note wins, even within the same second
+    assert store.last_use()[1] == "host-2:7"
+    assert other.last_use() is None  # per view: model B's replicas have not read B's
+    assert store.coverage([("a", 1)]).current == 0
+
+
 def test_delete_then_read_is_none(store: GistStore) -> None:
     store.write([row("a", version=1), row("b", version=1)])
     assert store.delete(["a"], [2]) == WriteResult(written=("a",), skipped=())
@@ -385,7 +399,11 @@ def test_rollout_status_and_gc_commands(tmp_path: Path) -> None:
 
     code, out = rollout("gc", "--fingerprint", FP_B, "--dry-run")
     assert code == 0 and f"would drop {FP_A}" in out and store_a.views() == [FP_A, FP_B], out
+    store_a.record_use("replica-a:1")  # a replica still serves model A
     code, out = rollout("gc", "--fingerprint", FP_B)
+    assert code == 1 and f"refuse {FP_A}: serving read it" in out and "replica-a:1" in out, out
+    assert store_a.views() == [FP_A, FP_B] and store_a.read(["x"])["x"] is not None
+    code, out = rollout("gc", "--fingerprint", FP_B, "--force")
     assert code == 0 and f"dropped {FP_A}" in out and f"keep {FP_B}" in out, out
     assert store_b.views() == [FP_B]
     assert store_b.read(["z"])["z"] == row("z", version=versions["z"], fingerprint=FP_B)

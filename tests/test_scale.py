@@ -199,8 +199,8 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
 ) -> None:
     """Model A serves from its view while model B's consumer group backfills B's own view from the same
     topic: every answer of A's server stays a cache hit and it recomputes nothing. `rollout status` says
-    when B covers the catalog; a server on B then serves from the store, and `rollout gc` drops A's view
-    and leaves B's."""
+    when B covers the catalog; `rollout gc` refuses A's view while A's server reads it; a server on B then
+    serves from the store, and `rollout gc --force` drops A's view and leaves B's."""
     if not tritonserver_binary().is_file():
         pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
     model_a = GistReranker.from_pretrained(checkpoint, device="cpu")
@@ -244,14 +244,20 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
         assert recomputes(ports_a[2]) == 0
         code, out = status(model_b)
         assert code == 0 and f"model {model_b.fingerprint} covers the catalog" in out, out
+        gc_args = ["rollout", "gc", "--fingerprint", model_b.fingerprint, "--feast-config", str(config)]
+        refused = CliRunner().invoke(app, gc_args)  # too early: A's replica still serves A's view
+        assert refused.exit_code == 1, refused.output
+        assert f"refuse {model_a.fingerprint}: serving read it" in refused.output, refused.output
+        with RerankClient(f"127.0.0.1:{ports_a[1]}", "grpc") as client:
+            assert {x.status for x in client.rerank(QUERY, IDS)} <= {"feast", "l1"}
+        assert recomputes(ports_a[2]) == 0
         assert servers[0].stop() == 0
 
         ports_b = [free_port() for _ in range(3)]  # the switch: replicas on model B
         servers.append(Serve(serve_args(checkpoint_b, catalog, config, tmp_path / "run-b", ports_b)))
         servers[1].wait_for("ready in", timeout_s=600)
-        gc = CliRunner().invoke(
-            app, ["rollout", "gc", "--fingerprint", model_b.fingerprint, "--feast-config", str(config)]
-        )
+        # A's replica stopped a moment ago, so its note is recent: the operator knows, and forces
+        gc = CliRunner().invoke(app, [*gc_args, "--force"])
         assert gc.exit_code == 0 and f"dropped {model_a.fingerprint}" in gc.output, gc.output
         assert GistStore(config=config, fingerprint=model_b.fingerprint).views() == [model_b.fingerprint]
         with RerankClient(f"127.0.0.1:{ports_b[1]}", "grpc") as client:

@@ -12,11 +12,15 @@
   The result goes into L1 at once; the store is never written from here. Each recomputed item is handed
   to the pipeline as a refresh request on the change topic (`RefreshRequests`), and the consumer that
   owns the item writes its row under the version rules: one writer per item.
+* Once a minute the lookup notes in its model's view that this replica serves it (`GistStore.record_use`,
+  the one thing serving writes), so `gistrank rollout gc` refuses to drop a view that is in use.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +47,8 @@ from reranker.core.render import render_item
 from reranker.serving.status import Status
 from reranker.serving.worker import BackgroundWorker
 from reranker.store import FeatureStoreUnavailableError, GistStore
+
+USE_RECORD_EVERY_S = 60.0  # how often a replica notes its use of its view (`GistStore.record_use`)
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +159,7 @@ class RefreshRequests:
     """Hands recomputed items to the pipeline: the catalog's state of each, as a change event with
     `refresh=True`, published on a background thread and counted by fate (published, failed, dropped).
 
-    Serving never writes the store. The consumer group that owns the item's partition (events are keyed
+    Serving never writes gist rows. The consumer group that owns the item's partition (events are keyed
     by item id) recompresses it under the usual version rules, so a replica that read the catalog before
     a newer change cannot put the older version back: the consumer is the one writer per item.
 
@@ -222,6 +228,8 @@ class KVLookup:
         self.feast_retry_s = feast_retry_s
         self._clock = clock
         self._feast_down_until = float("-inf")
+        self._use_recorded_at = float("-inf")
+        self.replica = f"{socket.gethostname()}:{os.getpid()}"
 
     def fetch(self, item_ids: Sequence[str]) -> dict[str, Resolved]:
         """The K/V (or the error) of every distinct id in `item_ids`."""
@@ -235,9 +243,25 @@ class KVLookup:
                 out[item_id] = Resolved(Status.L1, kv)
         CACHE_HITS.labels(tier="l1").inc(len(out))
         CACHE_MISSES.labels(tier="l1").inc(len(misses))
+        self._record_use()
         if misses:
             self._recompute(self._from_feast(misses, out), out)
         return out
+
+    def _record_use(self) -> None:
+        """At most once a minute, note in the model's view that this replica serves it (answered from L1
+        or not): `rollout gc` refuses to drop a view in use. Best effort: a store that is down costs the
+        note, never the request."""
+        now = self._clock()
+        if self.store is None or now - self._use_recorded_at < USE_RECORD_EVERY_S:
+            return
+        self._use_recorded_at = now
+        if now < self._feast_down_until:
+            return
+        try:
+            self.store.record_use(self.replica)
+        except FeatureStoreUnavailableError as e:
+            logger.warning("could not note this replica's use of its view: %s", e)
 
     def _from_feast(self, ids: list[str], out: dict[str, Resolved]) -> dict[str, str]:
         """Fill `out` with usable Feast rows; return the rest as {item id: recompute reason}."""
