@@ -27,7 +27,13 @@ class RedisServer:
     an outage and a recovery (an empty one: nothing is persisted).
     """
 
-    def __init__(self, workdir: Path, timeout_s: float = 10.0, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        timeout_s: float = 10.0,
+        extra_args: Sequence[str] = (),
+        password: str | None = None,
+    ) -> None:
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError("redis-server is not installed: run scripts/setup_system.sh")
@@ -35,12 +41,14 @@ class RedisServer:
         self.workdir = workdir.resolve()  # redis-server chdirs to --dir before opening --logfile
         self.timeout_s = timeout_s
         self.extra_args = list(extra_args)
+        self.password = password  # clients must AUTH (`url` carries it)
         self.port = 0  # picked by the first start
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> Self:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -51,9 +59,10 @@ class RedisServer:
             port = self.port or _free_port()
             args = [self.exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(self.workdir)]
             args += ["--save", "", "--appendonly", "no", "--logfile", str(log), *self.extra_args]
+            args += ["--requirepass", self.password] if self.password else []
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
             try:
-                ready = _wait_ready(self.proc, port, self.timeout_s)
+                ready = _wait_ready(self.proc, port, self.timeout_s, self.password)
             except BaseException:
                 self.stop()
                 raise
@@ -76,9 +85,9 @@ class RedisServer:
                 proc.wait()
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> bool:
+def _wait_ready(proc: subprocess.Popen[bytes], port: int, timeout_s: float, password: str | None) -> bool:
     deadline = time.monotonic() + timeout_s
-    with redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5) as client:
+    with redis.Redis(host="127.0.0.1", port=port, password=password, socket_connect_timeout=0.5) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return False

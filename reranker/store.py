@@ -196,11 +196,22 @@ class RowVersion:
         )
 
 
+def redacted(url: str) -> str:
+    """`url` (scheme://user:password@host/..., or Feast's host:port,password=...) with the password
+    replaced by *** (for logs and error messages)."""
+    url = re.sub(r"(password=)[^,\s]*", r"\1***", url)
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    return parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}").geturl()
+
+
 def _redis_connection_string(url: str) -> str:
     """Feast's ``host:port,key=value`` form of a ``redis://[:password@]host[:port][/db]`` URL."""
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-        raise ValueError(f"redis_url must look like redis://host:port/db, got {url!r}")
+        raise ValueError(f"redis_url must look like redis://host:port/db, got {redacted(url)!r}")
     db = parts.path.lstrip("/") or "0"
     options = [
         f"{parts.hostname}:{parts.port or 6379}",
@@ -368,11 +379,11 @@ class GistStore:
         """Where the online store is, for error messages."""
         store = config.online_store
         if self.redis_url is not None:
-            return f"redis at {self.redis_url}"
+            return f"redis at {redacted(self.redis_url)}"
         where = getattr(store, "connection_string", None) or getattr(store, "path", None) or ""
         source = f" (from {self.config_path})" if self.config_path is not None else ""
         kind = getattr(store, "redis_type", None) or self.online
-        return f"{getattr(kind, 'value', kind)} online store {where}{source}".replace("  ", " ")
+        return f"{getattr(kind, 'value', kind)} online store {redacted(where)}{source}".replace("  ", " ")
 
     @contextmanager
     def _guard(self) -> Iterator[None]:

@@ -42,6 +42,7 @@ pytestmark = [pytest.mark.triton, pytest.mark.redis]
 QUERY = "256GB phone 2023"
 MAX_CANDIDATES = 32
 FEAST_RETRY_S = 1.0
+REDIS_PASSWORD = "hunter2-redis-secret"  # the module's Redis requires it
 IDS = [f"sku-{n:03d}" for n in range(48)]  # any test may name these: their cache tier is unknown
 # Catalog items handed out by `fresh_ids`, each to one test only: a first request for one is a Feast miss
 # (recompute) that puts it in L1.
@@ -115,7 +116,7 @@ def texts(catalog: Catalog, ids: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def redis_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """Restartable: the outage test stops it and starts it again on the same port."""
-    proc = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    proc = RedisServer(tmp_path_factory.mktemp("redis"), password=REDIS_PASSWORD).start()
     yield proc
     proc.stop()
 
@@ -128,6 +129,7 @@ class Endpoints:
         self.metrics = f"http://127.0.0.1:{metrics}/metrics"  # Triton's: nv_inference_* and gistrank_*
         self.startup_s = 0.0
         self.feast_dir = Path()
+        self.run_dir = Path()  # tritonserver.log lives here
 
     def url(self, protocol: str) -> str:
         return self.http if protocol == "http" else self.grpc
@@ -159,6 +161,7 @@ def server(
     serve = Serve(args)
     endpoints = Endpoints(serve, *ports)
     endpoints.feast_dir = root / "feast"
+    endpoints.run_dir = root / "run"
     try:
         ready = serve.wait_for("ready in", timeout_s=600)
         endpoints.startup_s = float(ready.split("ready in ")[1].split(" s")[0])
@@ -572,6 +575,21 @@ def test_feast_outage_is_served_by_recompute(
     with RerankClient(server.grpc, "grpc") as c:  # Redis is back (empty): Feast is asked again
         assert [x.status for x in c.rerank(QUERY, [outage_ids[4]])] == ["recompute"]
     assert model_metric(server, "gistrank_recompute_fallbacks_total", reason="feast_miss") == misses + 1
+
+
+def test_no_password_in_tritons_config_or_in_any_log(server: Endpoints) -> None:
+    """The Redis password (and the catalog URL) reach the models through the environment, not as
+    parameters, which Triton serves unauthenticated; the outage above logged the store's address
+    redacted. (After the outage test: its warnings are what would carry the URL.)"""
+    for model in ("gist_reranker", "full_reranker"):
+        with urllib.request.urlopen(f"http://{server.http}/v2/models/{model}/config", timeout=10) as r:
+            config = r.read().decode()
+        parameters = {k: v["string_value"] for k, v in json.loads(config)["parameters"].items()}
+        assert parameters["catalog_url"] == "${GISTRANK_SERVE_CATALOG_URL}"
+        assert REDIS_PASSWORD not in config and "redis://" not in config
+    log = (server.run_dir / "tritonserver.log").read_text(errors="replace")
+    assert "feast unavailable" in log and "redis at redis://:***@127.0.0.1" in log  # the outage, redacted
+    assert REDIS_PASSWORD not in log + server.serve.output
 
 
 def test_serve_stops_on_sigterm(server: Endpoints) -> None:  # last: it stops the module's server

@@ -77,7 +77,7 @@ def main() -> None:
     print("exec", " ".join(command), flush=True)
     # exec: tritonserver becomes PID 1 and receives `docker stop`'s SIGTERM itself, so it unloads the
     # models (their finalize runs) before the container exits.
-    os.execvpe(command[0], command, stub_environment(os.environ))
+    os.execvpe(command[0], command, stub_environment(os.environ) | settings.secret_env())
 
 
 if __name__ == "__main__":

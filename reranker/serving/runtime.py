@@ -1,7 +1,9 @@
 """Build the serving objects from a Triton model's parameters, and turn their results into responses.
 
 The `parameters` block of each model's `config.pbtxt` (reranker/triton_repo/) is the one place where
-every setting and its default is listed; `gistrank serve` rewrites values there for a run. Here every
+every setting and its default is listed; `gistrank serve` rewrites values there for a run. A value may
+name environment variables (`${VAR}`), expanded in the model process: settings that can carry a password
+(catalog and Redis URLs) reach the models that way, since Triton serves the config to anyone. Here every
 listed key must be present and parse as its type, and no unknown key is accepted, so a typo in a
 deployment's config fails the model load with a message instead of silently using a default.
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,9 +32,24 @@ from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.serving.requests import ITEM_IDS, QUERY, SCORES, STATUS, RequestError
 from reranker.serving.service import FullService, GistService, RerankResult
 from reranker.serving.shadow import ScoreFull, ShadowSampler
-from reranker.store import FeatureStoreUnavailableError, GistStore
+from reranker.store import FeatureStoreUnavailableError, GistStore, redacted
 
 logger = logging.getLogger(__name__)
+
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(name: str, value: str) -> str:
+    """`${VAR}` in a parameter value → the model process's environment variable: how a password reaches
+    the model without appearing in its config, which Triton serves to anyone (`ServerSettings.parameters`)."""
+
+    def lookup(match: re.Match[str]) -> str:
+        if match.group(1) not in os.environ:
+            raise ValueError(f"model parameter {name} refers to ${{{match.group(1)}}}, which is not set")
+        return os.environ[match.group(1)]
+
+    return _ENV_REFERENCE.sub(lookup, value)
 
 
 def _parse(cls: type[Any], raw: Mapping[str, str]) -> Any:
@@ -41,11 +60,12 @@ def _parse(cls: type[Any], raw: Mapping[str, str]) -> Any:
         raise ValueError(f"model parameters: unknown {unknown}, missing {missing}")
     values = {}
     for name in names:
+        value = _expand(name, raw[name])
         try:
-            values[name] = hints[name](raw[name])
+            values[name] = hints[name](value)
         except ValueError:
             raise ValueError(
-                f"model parameter {name}={raw[name]!r} is not a valid {hints[name].__name__}"
+                f"model parameter {name}={redacted(raw[name])!r} is not a valid {hints[name].__name__}"
             ) from None
     return cls(**values)
 

@@ -48,6 +48,10 @@ class ServerError(RuntimeError):
     """tritonserver could not be prepared, did not become ready, or exited."""
 
 
+# Settings that may carry a password reach the models through these variables, never as parameter values
+SECRET_ENV = {"catalog_url": "GISTRANK_SERVE_CATALOG_URL", "redis_url": "GISTRANK_SERVE_REDIS_URL"}
+
+
 @dataclass
 class ServerSettings:
     """One `gistrank serve` run. Ports set to 0 are picked free at start."""
@@ -88,15 +92,18 @@ class ServerSettings:
         return self.full_model_path or default_shadow(self.model_path)
 
     def parameters(self) -> dict[str, dict[str, str]]:
-        """The config.pbtxt parameter values of each model for this run."""
+        """The config.pbtxt parameter values of each model for this run. Settings that may carry a
+        password are references to the environment (`secret_env`): Triton serves every model's config,
+        parameters included, to anyone who asks (`/v2/models/<m>/config`)."""
+        secrets = {name: f"${{{var}}}" for name, var in SECRET_ENV.items()}
         gist = {
             "model_path": self.model_path,
             "device": self.device,
             "num_threads": str(self.num_threads),
-            "catalog_url": self.catalog_url,
+            "catalog_url": secrets["catalog_url"],
             "feast_online": self.feast_online,
             "feast_dir": self.feast_dir,
-            "redis_url": self.redis_url,
+            "redis_url": secrets["redis_url"],
             "feast_config": self.feast_config,
             "feast_retry_s": str(self.feast_retry_s),
             "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
@@ -109,10 +116,14 @@ class ServerSettings:
             "model_path": self.shadow_path,
             "device": self.device,
             "num_threads": str(self.num_threads),
-            "catalog_url": self.catalog_url,
+            "catalog_url": secrets["catalog_url"],
             "max_candidates": str(self.max_candidates),
         }
         return {GIST_MODEL: gist, FULL_MODEL: full}
+
+    def secret_env(self) -> dict[str, str]:
+        """The environment tritonserver (and so every model process) needs for `parameters`' references."""
+        return {var: getattr(self, name) for name, var in SECRET_ENV.items()}
 
     def instance_counts(self) -> dict[str, int]:
         """The `instance_group` count of each model for this run."""
@@ -297,7 +308,11 @@ class TritonServer:
         logger.info("starting %s (log %s)", " ".join(command), self.log_path)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env()
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=server_env() | s.secret_env(),
             )
         try:
             self._wait_ready(timeout_s)
