@@ -20,6 +20,9 @@ DEAD_LETTER_REASONS = (
     "bad_key",  # key missing, not UTF-8, or not the event's item_id
     "schema",  # JSON object failing the event schema (missing field, unknown op, wrong type, too long)
     "compress_failed",  # valid event whose item could not be compressed or encoded
+    "not_in_catalog",  # the catalog (source of truth, when the consumer is given it) has no such item
+    "ahead_of_catalog",  # a version the catalog has not reached
+    "catalog_mismatch",  # at the catalog's version, other content or the other op (upsert vs delete)
 )
 SKIP_REASONS = (
     "superseded",  # a newer version of the same item came in the same batch

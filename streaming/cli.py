@@ -206,6 +206,14 @@ def consume(
     bootstrap_servers: BootstrapServers = None,
     partitions: Partitions = 3,
     create_topics: CreateTopics = True,
+    catalog_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="GISTRANK_CATALOG_URL",
+            help="check every event against this catalog (SQLAlchemy URL; the source of truth) and "
+            "dead-letter what it does not back; unset: the change topic is trusted",
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None, typer.Option(help="serve Prometheus metrics on PORT (/metrics)")
     ] = None,
@@ -236,6 +244,7 @@ def consume(
             batch_size=batch_size,
             compress_batch_size=compress_batch_size,
             storage_dtype=storage_dtype.value if storage_dtype else None,
+            catalog=Catalog(catalog_url) if catalog_url else None,
         )
     except ForeignGroupError as exc:
         typer.echo(f"error: {exc}", err=True)

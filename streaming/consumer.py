@@ -2,7 +2,8 @@
 
 One batch, in order (`GistConsumer.process_batch`):
 
-1. validate every record with the event schema; a bad one becomes a dead-letter record with its reason
+1. validate every record with the event schema, and (given the catalog) against the catalog, the source
+   of truth; a bad one becomes a dead-letter record with its reason
 2. coalesce per item: the newest version in the batch wins, older ones are skipped as superseded
 3. compare with the store (one batched read): a version the store already has or has passed is stale
    (for a serving replica's refresh request only if the stored row is also usable, see
@@ -57,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
+from sqlalchemy.exc import SQLAlchemyError
 
 from monitoring.metrics import (
     CONSUMER_BATCH_RETRIES,
@@ -68,6 +70,7 @@ from monitoring.metrics import (
     CONSUMER_LAG,
     CONSUMER_SKIPPED,
 )
+from reranker.catalog.database import Catalog, CatalogState
 from reranker.catalog.events import ChangeEvent, InvalidEventError, decode_event, format_timestamp
 from reranker.catalog.kafka_settings import DEFAULT_GROUP_PREFIX, DLQ_MAX_MESSAGE_BYTES, KafkaSettings
 from reranker.core.render import content_hash
@@ -177,6 +180,7 @@ class GistConsumer:
         batch_size: int = 64,
         compress_batch_size: int = 16,
         storage_dtype: str | None = None,
+        catalog: Catalog | None = None,
         poll_timeout_s: float = 1.0,
         ack_timeout_s: float = 60.0,
         max_backoff_s: float = 30.0,
@@ -190,6 +194,7 @@ class GistConsumer:
         self.batch_size = batch_size
         self.compress_batch_size = compress_batch_size
         self.storage_dtype = storage_dtype
+        self.catalog = catalog
         self.poll_timeout_s = poll_timeout_s
         self.ack_timeout_s = ack_timeout_s
         self.max_backoff_s = max_backoff_s
@@ -311,6 +316,8 @@ class GistConsumer:
             log.debug("processing %d records: offsets %s", len(records), json.dumps(spans))
 
         valid, dead = self._validate(records)
+        valid, disowned = self._check_catalog(valid)
+        dead += disowned
         latest = self._coalesce(valid, result)
         upserts = [p for p in latest if p.event.op == "upsert"]
         deletes = [p.event for p in latest if p.event.op == "delete"]
@@ -366,6 +373,24 @@ class GistConsumer:
             except InvalidEventError as exc:
                 dead.append(DeadLetter(record, exc.reason, exc.code))
         return valid, dead
+
+    def _check_catalog(self, valid: list[_Pending]) -> tuple[list[_Pending], list[DeadLetter]]:
+        """Events are claims about the catalog, the source of truth: one the catalog does not back (an
+        unknown item, a version ahead of the catalog's, other content or another op at the catalog's
+        version) is dead-lettered, so nothing that can produce to the topic can pin an item with a huge
+        version or any text. Older versions pass: the version rules make them harmless."""
+        if self.catalog is None or not valid:
+            return valid, []
+        states = self.catalog.states(p.event.item_id for p in valid)
+        kept: list[_Pending] = []
+        dead: list[DeadLetter] = []
+        for pending in valid:
+            disagreement = _disagreement(pending.event, states.get(pending.event.item_id))
+            if disagreement is None:
+                kept.append(pending)
+            else:
+                dead.append(DeadLetter(pending.record, *disagreement))
+        return kept, dead
 
     @staticmethod
     def _coalesce(valid: list[_Pending], result: BatchResult) -> list[_Pending]:
@@ -536,6 +561,28 @@ class GistConsumer:
                 self._lag_partitions.add(tp)
 
 
+def _disagreement(event: ChangeEvent, state: CatalogState | None) -> tuple[str, str] | None:
+    """(reason, code) when the catalog does not back `event`, else None."""
+    if state is None:
+        return f"item {event.item_id!r} is not in the catalog", "not_in_catalog"
+    if event.version > state.version:
+        return f"version {event.version} is ahead of the catalog's {state.version}", "ahead_of_catalog"
+    if event.version < state.version:
+        return None
+    if event.op == "delete" or state.deleted:
+        if event.op == "delete" and state.deleted:
+            return None
+        held = "deleted" if state.deleted else "live"
+        return f"{event.op} at version {event.version}, where the catalog holds the item {held}", (
+            "catalog_mismatch"
+        )
+    fields = event.fields
+    assert fields is not None  # the schema requires fields on an upsert
+    if content_hash(fields.title, fields.attributes, fields.description) != state.content_hash:
+        return f"content at version {event.version} differs from the catalog's", "catalog_mismatch"
+    return None
+
+
 class ForeignGroupError(RuntimeError):
     """The consumer group's committed offsets belong to another model's writers (`_check_group_owner`)."""
 
@@ -544,5 +591,5 @@ class _DeadLetterError(RuntimeError):
     """A dead-letter record was not acknowledged; the batch must not be committed."""
 
 
-# Failures of the store or the broker, not of the batch's content: rewind and retry the batch.
-_RETRYABLE = (FeatureStoreUnavailableError, _DeadLetterError, KafkaError)
+# Failures of the store, the catalog or the broker, not of the batch's content: rewind and retry the batch.
+_RETRYABLE = (FeatureStoreUnavailableError, _DeadLetterError, KafkaError, SQLAlchemyError)

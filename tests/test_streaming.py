@@ -380,6 +380,37 @@ def test_poison_events_are_dead_lettered_and_the_rest_processed(
         assert metric("gistrank_consumer_events_dead_lettered_total", reason=code) - before[code] == expected
 
 
+@pytest.mark.chaos
+def test_events_the_catalog_does_not_back_are_dead_lettered(
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, catalog_url: str
+) -> None:
+    """Given the catalog, the consumer writes only what the catalog backs: a forged event with a huge
+    version, another text at the catalog's version, an unknown item or a delete of a live item goes to
+    the dead-letter topic with its reason, and the catalog's own events land."""
+    with Catalog(catalog_url) as catalog:
+        real = [catalog.upsert(i, f"item {i}", {"n": i}, f"the real text of {i}") for i in "abcd"]
+        real.append(catalog.delete("d"))
+    a, b, c = real[:3]
+    forged = [
+        (upsert("a", a.version + 10**9, fields("pinned", "any text")), "ahead_of_catalog"),
+        (upsert("b", b.version, fields("item b", "other text at the catalog's version")), "catalog_mismatch"),
+        (delete("c", c.version), "catalog_mismatch"),  # the catalog holds c live at that version
+        (upsert("ghost", 1, fields("not in the catalog")), "not_in_catalog"),
+    ]
+    assert publish_events(settings, [event for event, _ in forged] + real) == len(forged) + len(real)
+    with Catalog(catalog_url) as catalog:
+        consume_all(probe, tiny_model, store, catalog=catalog)
+    for event in (a, b, c):
+        assert event.fields is not None
+        assert_row_is_direct_compress(store, tiny_model, event.item_id, event.fields, event.version)
+    assert store.read(["d", "ghost"]) == {"d": None, "ghost": None}
+    letters = [json.loads(letter.value) for letter in probe.dead_letters()]
+    assert sorted((body["reason_code"], body["key"]["data"]) for body in letters) == sorted(
+        (code, event.item_id) for event, code in forged
+    )
+    assert any(f"is ahead of the catalog's {a.version}" in body["reason"] for body in letters)
+
+
 def decode_payload(payload: dict[str, Any] | None) -> bytes | None:
     if payload is None:
         return None

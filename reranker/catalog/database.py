@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,13 @@ class _UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class CatalogState:
+    version: int
+    deleted: bool
+    content_hash: str
 
 
 class Base(DeclarativeBase):
@@ -221,6 +229,19 @@ class Catalog:
                 chunk = wanted[start : start + BATCH]
                 query = select(Item).where(Item.item_id.in_(chunk), Item.deleted.is_(False))
                 found.update((item.item_id, item) for item in session.scalars(query))
+        return found
+
+    def states(self, item_ids: Iterable[str]) -> dict[str, CatalogState]:
+        """Version, tombstone flag and content hash of each known item among `item_ids`, deleted ones
+        included (what the consumer checks events against); unknown ids are absent."""
+        wanted = list(dict.fromkeys(item_ids))
+        found: dict[str, CatalogState] = {}
+        with self._sessions() as session:
+            for start in range(0, len(wanted), BATCH):
+                query = select(Item.item_id, Item.version, Item.deleted, Item.content_hash).where(
+                    Item.item_id.in_(wanted[start : start + BATCH])
+                )
+                found.update((i, CatalogState(v, d, h)) for i, v, d, h in session.execute(query))
         return found
 
     def iter_items(self, batch_size: int = BATCH) -> Iterator[Item]:

@@ -167,7 +167,7 @@ def _consume_catalog(
 
     store = GistStore(workdir / "feast", fingerprint=model.fingerprint)
     store.apply()
-    consumer = GistConsumer(settings, model, store, batch_size=64, compress_batch_size=8)
+    consumer = GistConsumer(settings, model, store, batch_size=64, compress_batch_size=8, catalog=catalog)
     versions = {item.item_id: item.version for item in catalog.iter_items()}
     ids = list(versions)
     _consume_until(consumer, store, versions)
@@ -230,7 +230,7 @@ def _update_flows_through(
         attributes={**item.attributes, "storage": "256GB"},
     )
     publish_events(settings, [event])
-    consumer = GistConsumer(settings, model, store, batch_size=64, compress_batch_size=8)
+    consumer = GistConsumer(settings, model, store, batch_size=64, compress_batch_size=8, catalog=catalog)
     _consume_until(consumer, store, {UPDATED_ITEM: event.version})
     time.sleep(L1_TTL_S + 0.5)
     after = {c.item_id: c for c in gist_client.rerank(query, ids)}[UPDATED_ITEM]
