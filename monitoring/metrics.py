@@ -59,7 +59,8 @@ CONSUMER_BATCH_SECONDS = Histogram(
 )
 CONSUMER_BATCH_RETRIES = Counter(
     "gistrank_consumer_batch_retries_total",
-    "Batches rewound and retried because the feature store, the dead-letter produce or the commit failed.",
+    "Batches rewound and retried because the feature store, the catalog, the dead-letter produce or the "
+    "commit failed, or compression ran out of memory.",
 )
 CONSUMER_LAG = Gauge(
     "gistrank_consumer_lag_records",

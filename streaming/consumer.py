@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import torch
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from kafka.structs import MemberState, OffsetAndMetadata, TopicPartition
@@ -257,6 +258,7 @@ class GistConsumer:
                         "batch of %d records failed (%s); retry in %.1f s", len(records), exc, backoff
                     )
                     self._rewind(records)
+                    self._update_lag()  # the backlog grows while the batch keeps failing: show it
                     stop_event.wait(backoff)
                     continue
                 failures = 0
@@ -455,7 +457,8 @@ class GistConsumer:
         One `compress` call over all items lets the model sort them by length before cutting forwards,
         so a forward pads little (chunking in event order first measured ~30% slower). If it fails, the
         items are retried one by one so that one bad item is dead-lettered (reason "compress_failed")
-        instead of blocking its partition forever.
+        instead of blocking its partition forever. Running out of memory says nothing about the item: the
+        batch is retried with back-off instead (`TransientCompressError`).
         """
         if not pending:
             return [], []
@@ -468,6 +471,8 @@ class GistConsumer:
         for one in pending:
             try:
                 rows.extend(self._compress_rows([one]))
+            except _TRANSIENT as exc:  # the machine, not the item: retry the batch later, lose nothing
+                raise TransientCompressError(f"compressing {one.event.item_id!r}: {exc}") from exc
             except Exception as exc:
                 reason = f"compression failed: {type(exc).__name__}: {exc}"[:500]
                 dead.append(DeadLetter(one.record, reason, "compress_failed"))
@@ -587,9 +592,23 @@ class ForeignGroupError(RuntimeError):
     """The consumer group's committed offsets belong to another model's writers (`_check_group_owner`)."""
 
 
+class TransientCompressError(RuntimeError):
+    """Compression ran out of memory: the machine's condition, so the batch is retried, not dead-lettered."""
+
+
+_TRANSIENT = (MemoryError, torch.OutOfMemoryError)
+
+
 class _DeadLetterError(RuntimeError):
     """A dead-letter record was not acknowledged; the batch must not be committed."""
 
 
-# Failures of the store, the catalog or the broker, not of the batch's content: rewind and retry the batch.
-_RETRYABLE = (FeatureStoreUnavailableError, _DeadLetterError, KafkaError, SQLAlchemyError)
+# Failures of the store, the catalog, the broker or the machine, not of the batch's content: rewind and
+# retry the batch.
+_RETRYABLE = (
+    FeatureStoreUnavailableError,
+    _DeadLetterError,
+    KafkaError,
+    SQLAlchemyError,
+    TransientCompressError,
+)

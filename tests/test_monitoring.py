@@ -460,7 +460,9 @@ def _entrypoint() -> ModuleType:
     return module
 
 
-def test_triton_entrypoint_writes_the_compose_deployment_parameters(tmp_path: Path) -> None:
+def test_triton_entrypoint_writes_the_compose_deployment_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from reranker.serving.runtime import FullParams, GistParams
     from reranker.serving.server import FULL_MODEL, GIST_MODEL, read_parameters, write_repository
 
@@ -470,7 +472,11 @@ def test_triton_entrypoint_writes_the_compose_deployment_parameters(tmp_path: Pa
     repo = write_repository(tmp_path / "models", settings.parameters(), settings.instance_counts())
     gist = read_parameters((repo / GIST_MODEL / "config.pbtxt").read_text())
     full = read_parameters((repo / FULL_MODEL / "config.pbtxt").read_text())
-    # The model processes parse these at load; a bad value would fail the container's start.
+    assert "redis://" not in str(gist) + str(full)  # Triton serves the configs: URLs come from the env
+    # The model processes parse these at load, in tritonserver's environment; a bad value would fail the
+    # container's start.
+    for name, value in entrypoint.exec_environment(settings, env).items():
+        monkeypatch.setenv(name, value)
     gist_params, full_params = GistParams.parse(gist), FullParams.parse(full)
     assert settings.host == "0.0.0.0" and settings.metrics_port == 8002  # gistrank_* go out through Triton
     assert gist_params.kafka_bootstrap_servers == "kafka:9092"

@@ -411,6 +411,53 @@ def test_events_the_catalog_does_not_back_are_dead_lettered(
     assert any(f"is ahead of the catalog's {a.version}" in body["reason"] for body in letters)
 
 
+@pytest.mark.chaos
+def test_running_out_of_memory_is_retried_not_dead_lettered_and_the_lag_stays_visible(
+    settings: KafkaSettings,
+    probe: Probe,
+    store: GistStore,
+    tiny_model: GistReranker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An out-of-memory error says nothing about the item: the batch is rewound and retried with back-off
+    (counted), the lag gauge shows the waiting backlog meanwhile, and once memory is back every item lands;
+    nothing is dead-lettered."""
+    import streaming.consumer as consumer_module
+
+    memory_back = threading.Event()
+    compress = consumer_module.compress_rows
+
+    def out_of_memory_until_released(*args: Any, **kwargs: Any) -> Any:
+        if not memory_back.is_set():
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return compress(*args, **kwargs)
+
+    monkeypatch.setattr(consumer_module, "compress_rows", out_of_memory_until_released)
+    items = {f"item-{n}": fields(f"item {n}", "text " * n) for n in range(6)}
+    assert publish_events(settings, [upsert(i, 1, item) for i, item in items.items()]) == 6
+    retries = metric("gistrank_consumer_batch_retries_total")
+    running = Running(GistConsumer(settings, tiny_model, store, poll_timeout_s=0.2, max_backoff_s=0.5))
+    try:
+
+        def backlog() -> float:
+            lag = "gistrank_consumer_lag_records"
+            return sum(metric(lag, topic=settings.topic, partition=str(p)) for p in (0, 1))
+
+        wait_until(
+            lambda: metric("gistrank_consumer_batch_retries_total") >= retries + 3 and backlog() == 6,
+            WAIT_S,
+            "the failing batch to be retried with its backlog in the lag gauge",
+        )
+        assert not probe.committed()
+        memory_back.set()
+        wait_until(lambda: running.errors or probe.caught_up(), WAIT_S, "the consumer to commit every record")
+    finally:
+        running.stop()
+    for item_id, item in items.items():
+        assert_row_is_direct_compress(store, tiny_model, item_id, item, 1)
+    assert probe.dead_letters() == []
+
+
 def decode_payload(payload: dict[str, Any] | None) -> bytes | None:
     if payload is None:
         return None

@@ -64,6 +64,12 @@ def stub_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
+def exec_environment(settings: ServerSettings, env: Mapping[str, str]) -> dict[str, str]:
+    """tritonserver's environment: the stub's paths, and the settings the model configs only reference
+    (`ServerSettings.secret_env`: passwords never appear in a config Triton serves)."""
+    return stub_environment(env) | settings.secret_env()
+
+
 def main() -> None:
     try:
         settings = settings_from_env(os.environ)
@@ -77,7 +83,7 @@ def main() -> None:
     print("exec", " ".join(command), flush=True)
     # exec: tritonserver becomes PID 1 and receives `docker stop`'s SIGTERM itself, so it unloads the
     # models (their finalize runs) before the container exits.
-    os.execvpe(command[0], command, stub_environment(os.environ) | settings.secret_env())
+    os.execvpe(command[0], command, exec_environment(settings, os.environ))
 
 
 if __name__ == "__main__":
