@@ -11,11 +11,12 @@ import typer
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
 from reranker.serving.cli import rerank, serve
-from streaming.cli import catalog_app, consume, materialize, publish, rollout_app
+from streaming.cli import catalog_app, consume, dlq_app, materialize, publish, rollout_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(dlq_app, name="dlq")
 data_app = typer.Typer(
     no_args_is_help=True, help="Build relevance sets (the --data DIR form) from real data."
 )

@@ -488,12 +488,56 @@ def rollout_gc(
         raise typer.Exit(1)
 
 
+dlq_app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="The dead-letter topic: events the consumer refused."
+)
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    reason: Annotated[
+        list[str] | None,
+        typer.Option(help="replay letters with this reason code (repeatable; default: every reason)"),
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="send them to the change topic (default: a dry run that counts)")
+    ] = False,
+    since_offset: Annotated[
+        int, typer.Option(min=0, help="first dead-letter offset to read (each run prints where to resume)")
+    ] = 0,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Send dead-lettered events back to the change topic, by reason code, once their cause is fixed."""
+    from kafka.errors import KafkaError
+
+    from monitoring.metrics import DEAD_LETTER_REASONS
+    from streaming.replay import replay
+
+    unknown = sorted(set(reason or ()) - set(DEAD_LETTER_REASONS))
+    if unknown:
+        raise typer.BadParameter(f"unknown reason {unknown}; known: {', '.join(DEAD_LETTER_REASONS)}")
+    settings = _settings(bootstrap_servers)
+    try:
+        report = replay(settings, set(reason) if reason else None, apply, since_offset)
+    except (ValueError, TimeoutError, KafkaError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    by_reason = ", ".join(f"{code} {n}" for code, n in sorted(report.matched.items())) or "none"
+    typer.echo(f"read {report.read} letters of {settings.dlq_topic}; matching: {by_reason}")
+    if report.truncated:
+        typer.echo(f"{report.truncated} matching letters kept only a prefix of their record: not replayable")
+    action = f"replayed {report.replayed} to {settings.topic}" if apply else "dry run: pass --apply to replay"
+    resume = ", ".join(f"partition {p}: {o}" for p, o in sorted(report.next_offset.items()))
+    typer.echo(f"{action}; next run resumes at --since-offset ({resume})")
+
+
 main = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 main.command()(publish)
 main.command()(consume)
 main.command()(materialize)
 main.add_typer(catalog_app, name="catalog")
 main.add_typer(rollout_app, name="rollout")
+main.add_typer(dlq_app, name="dlq")
 
 if __name__ == "__main__":
     main()

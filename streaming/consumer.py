@@ -136,6 +136,15 @@ def _payload(data: bytes | None, limit: int | None = None) -> dict[str, Any] | N
     return out
 
 
+def payload_bytes(payload: dict[str, Any] | None) -> bytes | None:
+    """The record bytes of a `_payload` (of a truncated one, its kept prefix)."""
+    if payload is None:
+        return None
+    if payload["encoding"] == "base64":
+        return base64.b64decode(payload["data"])
+    return payload["data"].encode("utf-8")
+
+
 def dead_letter_value(letter: DeadLetter, group_id: str) -> bytes:
     """The dead-letter record's JSON value (module docstring), within the dead-letter topic's size limit."""
     record = letter.record
