@@ -11,7 +11,7 @@ import typer
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
 from reranker.serving.cli import rerank, serve
-from streaming.cli import catalog_app, consume, dlq_app, materialize, publish, rollout_app
+from streaming.cli import catalog_app, consume, dlq_app, materialize, publish, rollout_app, soak
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.add_typer(catalog_app, name="catalog")
@@ -21,7 +21,7 @@ data_app = typer.Typer(
     no_args_is_help=True, help="Build relevance sets (the --data DIR form) from real data."
 )
 app.add_typer(data_app, name="data")
-for command in (publish, consume, materialize, serve, rerank):
+for command in (publish, consume, materialize, serve, rerank, soak):
     app.command()(command)
 
 Base = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]

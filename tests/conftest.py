@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import CATALOG_ITEMS, CountingStore
-from tiny import build_tiny_base
 
 from localservices.kafka_broker import KafkaBroker
 from reranker import GistConfig, GistReranker
 from reranker.catalog.database import Catalog
+from reranker.core.tiny_base import build_tiny_base
 
 torch.set_num_threads(2)
 

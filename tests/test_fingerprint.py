@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import ITEMS, QUERY
-from tiny import build_tiny_base
 
 from reranker import FingerprintMismatchError, GistConfig, GistReranker
 from reranker.core.config import template_for
+from reranker.core.tiny_base import build_tiny_base
 
 FP32 = GistConfig(num_gist=4, dtype="float32")
 

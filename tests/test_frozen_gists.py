@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import ITEMS, QUERY
-from tiny import build_tiny_base
 
 from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
 from reranker.core.model import GistReranker
+from reranker.core.tiny_base import build_tiny_base
 from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
 from reranker.training.frozen_reader import (
     FrozenGistConfig,

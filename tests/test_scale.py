@@ -189,6 +189,7 @@ def recomputes(metrics_port: int) -> float:
 
 @pytest.mark.triton
 @pytest.mark.kafka
+@pytest.mark.chaos
 def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_the_old_view(
     tmp_path: Path,
     config: Path,

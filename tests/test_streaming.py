@@ -10,6 +10,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -669,6 +671,72 @@ def test_a_second_model_in_the_live_group_is_refused_and_commits_nothing(
     for event in changes:
         assert_row_is_direct_compress(store, tiny_model, event.item_id, event.fields, 2)
     assert store.read(["item-11"])["item-11"] is None
+
+
+# A consumer process that dies (SIGKILL) in its first commit: after the batch's rows and tombstones were
+# written and its dead letters acknowledged, before the broker has its offsets.
+_DIES_BEFORE_COMMIT = """
+import os, signal, sys, threading
+from pathlib import Path
+from reranker import GistReranker
+from reranker.catalog.kafka_settings import KafkaSettings
+from reranker.store import GistStore
+from streaming.consumer import GistConsumer
+checkpoint, feast_dir, marker = sys.argv[1:]
+model = GistReranker.from_pretrained(checkpoint, device="cpu")
+class DiesBeforeCommit(GistConsumer):
+    def _commit(self, records):
+        Path(marker).write_text(str(len(records)))
+        os.kill(os.getpid(), signal.SIGKILL)
+store = GistStore(Path(feast_dir), fingerprint=model.fingerprint)
+DiesBeforeCommit(KafkaSettings.from_env(), model, store, batch_size=100).run(threading.Event())
+"""
+
+
+@pytest.mark.chaos
+def test_a_kill_between_the_store_write_and_the_commit_loses_nothing(
+    settings: KafkaSettings,
+    probe: Probe,
+    tiny_model: GistReranker,
+    checkpoint: Path,
+    store: GistStore,
+    tmp_path: Path,
+) -> None:
+    """The one window at-least-once delivery leaves: everything of a batch is in the store, its offsets
+    are not committed. The next consumer gets the batch again, and the redelivery changes nothing: every
+    item ends at its latest version, deleted items stay deleted."""
+    latest: dict[str, tuple[int, ItemFields | None]] = {}
+    events = []
+    for version in range(1, 41):
+        item_id = f"item-{version % 12}"
+        if version % 9 == 0:
+            events.append(delete(item_id, version))
+            latest[item_id] = (version, None)
+        else:
+            item = fields(f"{item_id} v{version}", "text " * (version % 5))
+            events.append(upsert(item_id, version, item))
+            latest[item_id] = (version, item)
+    assert publish_events(settings, events) == 40
+    marker = tmp_path / "died-committing"
+    dying = subprocess.run(
+        [sys.executable, "-c", _DIES_BEFORE_COMMIT, str(checkpoint), str(store.data_dir), str(marker)],
+        env=os.environ | kafka_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert dying.returncode == -signal.SIGKILL, dying.stderr
+    in_batch = int(marker.read_text())
+    assert in_batch > 0 and probe.committed() == {}  # died holding a written, uncommitted batch
+    written = {i: r.version for i, r in store.read(list(latest)).items() if r is not None}
+    assert written  # the batch's rows were in the store before the kill
+
+    consume_all(probe, tiny_model, store)
+    for item_id, (version, item) in latest.items():
+        if item is None:
+            assert store.read([item_id])[item_id] is None, item_id
+        else:
+            assert_row_is_direct_compress(store, tiny_model, item_id, item, version)
 
 
 @pytest.mark.scale
