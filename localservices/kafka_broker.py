@@ -29,9 +29,12 @@ class KafkaBroker:
     stored in ``data_dir`` and reused by every later start, so clients can reconnect after a restart.
     """
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, sasl_users: str | None = None) -> None:
+        """`sasl_users` ("user:password,...", the first the broker's own): clients must authenticate and
+        ACLs decide (kafka.sh, GISTRANK_KAFKA_SASL_USERS); written on the first start only."""
         self.data_dir = Path(data_dir)
         self.port = port
+        self.sasl_users = sasl_users
 
     @property
     def bootstrap_servers(self) -> str:
@@ -103,7 +106,8 @@ class KafkaBroker:
 
     def _run(self, *args: str) -> str:
         """Run kafka.sh and return its stdout; its stderr only matters when it fails."""
-        result = subprocess.run([str(KAFKA_SH), *args], capture_output=True, text=True, check=False)
+        env = os.environ | ({"GISTRANK_KAFKA_SASL_USERS": self.sasl_users} if self.sasl_users else {})
+        result = subprocess.run([str(KAFKA_SH), *args], capture_output=True, text=True, check=False, env=env)
         if result.returncode != 0:
             command = " ".join(args)
             raise KafkaBrokerError(f"kafka.sh {command} failed ({result.returncode}):\n{result.stderr}")

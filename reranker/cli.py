@@ -11,7 +11,16 @@ import typer
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
 from reranker.serving.cli import rerank, serve
-from streaming.cli import catalog_app, consume, dlq_app, materialize, publish, rollout_app, soak
+from streaming.cli import (
+    catalog_app,
+    consume,
+    dlq_app,
+    kafka_acls,
+    materialize,
+    publish,
+    rollout_app,
+    soak,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.add_typer(catalog_app, name="catalog")
@@ -23,6 +32,7 @@ data_app = typer.Typer(
 app.add_typer(data_app, name="data")
 for command in (publish, consume, materialize, serve, rerank, soak):
     app.command()(command)
+app.command("kafka-acls")(kafka_acls)
 
 Base = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
 NumGist = Annotated[int, typer.Option(help="k gist tokens per item")]

@@ -21,7 +21,10 @@
 #   GISTRANK_KAFKA_HEAP_OPTS            JVM heap options (default "-Xms128m -Xmx512m")
 #   GISTRANK_KAFKA_START_TIMEOUT        seconds to wait for the broker to serve (default 60)
 #   GISTRANK_KAFKA_STOP_TIMEOUT         seconds to wait after SIGTERM before SIGKILL (default 30)
-# num.partitions and auto-create are written on first start only; delete DATA_DIR to change them.
+#   GISTRANK_KAFKA_SASL_USERS           "user:password,..." (first = the broker's own, a super user): clients
+#                                       authenticate (SASL/PLAIN) and ACLs decide what each may do (KRaft's
+#                                       StandardAuthorizer; nothing without an ACL). Unset: PLAINTEXT, open.
+# num.partitions, auto-create and the users are written on first start only; delete DATA_DIR to change them.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -164,6 +167,42 @@ running_pid() {
   echo "$pid"
 }
 
+# The security part of server.properties: PLAINTEXT, or SASL/PLAIN with ACLs for GISTRANK_KAFKA_SASL_USERS.
+write_security_properties() {
+  if [[ -z "${GISTRANK_KAFKA_SASL_USERS:-}" ]]; then
+    cat <<EOF
+listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+EOF
+    return
+  fi
+  local entry user password broker_user="" broker_password="" jaas_users=""
+  local -a entries
+  IFS=, read -ra entries <<<"$GISTRANK_KAFKA_SASL_USERS"
+  for entry in "${entries[@]}"; do
+    user="${entry%%:*}" password="${entry#*:}"
+    [[ "$user" =~ ^[A-Za-z0-9_.-]+$ && -n "$password" && "$password" != *'"'* ]] \
+      || die "GISTRANK_KAFKA_SASL_USERS: bad entry for user '$user' (want user:password, no quotes)"
+    [[ -n "$broker_user" ]] || broker_user="$user" broker_password="$password"
+    jaas_users+=" user_$user=\"$password\""
+  done
+  cat <<EOF
+listeners=SASL_PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$BROKER_PORT
+inter.broker.listener.name=SASL_PLAINTEXT
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="$broker_user" password="$broker_password"$jaas_users;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+# ANONYMOUS: the controller listener (PLAINTEXT, 127.0.0.1 only) through which the node talks to itself
+super.users=User:$broker_user;User:ANONYMOUS
+EOF
+}
+
 write_server_properties() {
   local data_dir="$1"
   cat >"$data_dir/server.properties" <<EOF
@@ -171,11 +210,8 @@ write_server_properties() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+$(write_security_properties)
 log.dirs=$data_dir/kraft-logs
 num.partitions=${GISTRANK_KAFKA_NUM_PARTITIONS:-1}
 auto.create.topics.enable=${GISTRANK_KAFKA_AUTO_CREATE_TOPICS:-false}
@@ -194,6 +230,7 @@ broker.heartbeat.interval.ms=1000
 # Tests join consumer groups constantly; the default 3 s wait for more members only slows them down.
 group.initial.rebalance.delay.ms=0
 EOF
+  chmod 600 "$data_dir/server.properties"  # it may hold SASL passwords
 }
 
 write_log4j_config() {

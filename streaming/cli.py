@@ -531,6 +531,27 @@ def dlq_replay(
     typer.echo(f"{action}; next run resumes at --since-offset ({resume})")
 
 
+def kafka_acls(
+    publisher: Annotated[str, typer.Option(help="principal (SASL user) of the publishers and tools")],
+    consumer: Annotated[str, typer.Option(help="principal of the gist consumers")],
+    serving: Annotated[str, typer.Option(help="principal of the Triton servers (refresh requests)")],
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Grant each role its ACLs on the topics and groups of $GISTRANK_KAFKA_* (reranker/catalog/
+    kafka_acls.py); run with an administrator's credentials in GISTRANK_KAFKA_SASL_*."""
+    from kafka.errors import KafkaError
+
+    from reranker.catalog.kafka_acls import apply_acls
+
+    settings = _settings(bootstrap_servers)
+    try:
+        count = apply_acls(settings, {"publisher": publisher, "consumer": consumer, "serving": serving})
+    except (KafkaError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{count} ACLs in place for publisher={publisher}, consumer={consumer}, serving={serving}")
+
+
 def soak(
     events: Annotated[int, typer.Option(min=1, help="catalog changes written and published")] = 10_000,
     items: Annotated[int, typer.Option(min=1, help="distinct items they touch")] = 300,
@@ -590,6 +611,7 @@ main.add_typer(catalog_app, name="catalog")
 main.add_typer(rollout_app, name="rollout")
 main.add_typer(dlq_app, name="dlq")
 main.command()(soak)
+main.command("kafka-acls")(kafka_acls)
 
 if __name__ == "__main__":
     main()

@@ -179,3 +179,25 @@ def _entrypoint() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_kafka_clients_log_in_as_the_users_the_acl_job_grants() -> None:
+    """The ACL Job grants each role to a user; the consumer and Triton log in as those users, with their
+    settings valid `KafkaSettings` (passwords from the Secret), and nobody uses PLAINTEXT."""
+    from reranker.catalog.kafka_acls import ROLES
+    from reranker.catalog.kafka_settings import KafkaSettings
+
+    (job,) = find("Job", "gistrank-kafka-acls")["spec"]["template"]["spec"]["containers"]
+    args = job["args"]
+    assert args[0] == "kafka-acls"
+    roles = {args[i].removeprefix("--"): args[i + 1] for i in range(1, len(args), 2)}
+    assert set(roles) == set(ROLES)
+    for deployment, role in (("gistrank-consumer", "consumer"), ("gistrank-triton", "serving")):
+        env = {e["name"]: e.get("value", "from-a-secret") for e in container(deployment)["env"]}
+        assert env["GISTRANK_KAFKA_SASL_USERNAME"] == roles[role], deployment
+        assert env["GISTRANK_KAFKA_SASL_PASSWORD"] == "from-a-secret"
+        kafka = {k: v for k, v in env.items() if k.startswith("GISTRANK_KAFKA_")}
+        settings = KafkaSettings.from_env(kafka)
+        assert settings.security_protocol == "SASL_SSL", deployment
+    job_env = {e["name"]: e.get("value", "from-a-secret") for e in job["env"]}
+    assert KafkaSettings.from_env(job_env).security_protocol == "SASL_SSL"

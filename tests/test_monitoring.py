@@ -303,7 +303,11 @@ def test_alerting_environment_references_are_provided_by_compose() -> None:
 # ------------------------------------------------------------------------------------------- compose
 def _compose_env() -> dict[str, str]:
     # The one variable compose.yml requires; a real deployment sets its own.
-    return {**os.environ, "GRAFANA_ADMIN_PASSWORD": "test-only"}
+    kafka = {
+        f"KAFKA_{user}_PASSWORD": f"test-{user.lower()}"
+        for user in ("ADMIN", "PUBLISHER", "CONSUMER", "SERVING")
+    }
+    return {**os.environ, "GRAFANA_ADMIN_PASSWORD": "test-only", **kafka}
 
 
 def _compose(*files: Path) -> subprocess.CompletedProcess[str]:
@@ -358,6 +362,38 @@ def test_compose_requires_the_grafana_admin_password() -> None:
     result = _run([_tool("docker-compose"), "-f", str(COMPOSE), "config"], cwd=DOCKER, env=env)
     assert result.returncode != 0
     assert "GRAFANA_ADMIN_PASSWORD" in result.stderr
+
+
+def test_every_kafka_client_authenticates_as_a_user_the_acls_name() -> None:
+    """The broker knows each client's user, kafka-acls grants each role to that user, and every service
+    that talks to Kafka logs in as its role's user: nothing reaches the topics unauthenticated."""
+    from reranker.catalog.kafka_acls import ROLES
+
+    services = _compose_config()["services"]
+    kafka = services["kafka"]["environment"]
+    users = dict(
+        re.findall(r'user_(\w+)="([^"]*)"', kafka["KAFKA_LISTENER_NAME_INTERNAL_PLAIN_SASL_JAAS_CONFIG"])
+    )
+    assert (
+        kafka["KAFKA_LISTENER_NAME_HOST_PLAIN_SASL_JAAS_CONFIG"]
+        == kafka["KAFKA_LISTENER_NAME_INTERNAL_PLAIN_SASL_JAAS_CONFIG"]
+    )
+    protocols = dict(p.split(":") for p in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert protocols["INTERNAL"] == protocols["HOST"] == "SASL_PLAINTEXT"
+    assert kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    command = services["kafka-acls"]["command"]
+    roles = {command[i].removeprefix("--"): command[i + 1] for i in range(1, len(command), 2)}
+    assert set(roles) == set(ROLES)
+    logins = {"kafka-acls": "admin", "consumer": roles["consumer"], "triton": roles["serving"]}
+    logins["tools"] = roles["publisher"]
+    for service, user in logins.items():
+        env = services[service]["environment"]
+        assert env["GISTRANK_KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT", service
+        assert (env["GISTRANK_KAFKA_SASL_USERNAME"], env["GISTRANK_KAFKA_SASL_PASSWORD"]) == (
+            user,
+            users[user],
+        )
+    assert "User:admin" in kafka["KAFKA_SUPER_USERS"].split(";")
 
 
 def test_compose_has_the_whole_stack() -> None:
