@@ -4,7 +4,7 @@ between.
 
 `GistStore` resolves a batch against what it reads first, but between its read and Feast's write another
 process may write the same item: a consumer dropped from its group mid-batch (a zombie) and the
-partition's new owner, `materialize` beside a consumer, a serving write-back. With Feast's own stores
+partition's new owner, `materialize` beside a consumer. With Feast's own stores
 the slower writer wins whatever its version. These stores close that gap:
 
 * SQLite: the write starts with ``BEGIN IMMEDIATE`` (the database's write lock, across processes),

@@ -13,6 +13,7 @@ configures brokers, TLS and SASL once, in the environment, the way production in
     GISTRANK_KAFKA_DLQ_TOPIC           dead-letter topic (default gistrank.catalog-changes.dlq)
     GISTRANK_KAFKA_GROUP_ID            consumer group    (default gistrank-gist-writer-<model fingerprint>)
     GISTRANK_KAFKA_SESSION_TIMEOUT_MS  how soon a crashed consumer's partitions move on (default 45000)
+    GISTRANK_KAFKA_MAX_POLL_INTERVAL_MS  how long one batch may take before the consumer is dropped (300000)
     GISTRANK_KAFKA_CLIENT_ID           client id shown in broker logs and quotas (default gistrank)
 
 kafka-python is imported inside the functions that need it, so reading settings stays cheap.
@@ -60,6 +61,9 @@ class KafkaSettings(BaseModel):
     # The group waits this long for a consumer that died without leaving (kill -9, lost host) before its
     # partitions are reassigned; the broker bounds it (group.min.session.timeout.ms, 6 s by default).
     session_timeout_ms: int = Field(45_000, ge=1000)
+    # A consumer that has not polled for this long (one batch too slow) leaves the group and its partitions
+    # move on; its late writes lose against the new owner's (fenced store writes), its commit fails.
+    max_poll_interval_ms: int = Field(300_000, ge=1000)
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -140,6 +144,7 @@ class KafkaSettings(BaseModel):
             # Topics are created explicitly (ensure_topics); a typo must not create an empty topic.
             "allow_auto_create_topics": False,
             "session_timeout_ms": self.session_timeout_ms,
+            "max_poll_interval_ms": self.max_poll_interval_ms,
             # The usual third of the session timeout, never above kafka-python's 3 s default.
             "heartbeat_interval_ms": min(3000, self.session_timeout_ms // 3),
         }
