@@ -521,6 +521,15 @@ class GistStore:
                 )
         return rows
 
+    def versions(self, item_ids: Sequence[str]) -> dict[str, int]:
+        """The version of each item's row, live or tombstone; items without a row are absent."""
+        ids = list(dict.fromkeys(item_ids))
+        if not ids:
+            return {}
+        with self._guard():
+            values = self._online(ids, ("version",))
+        return {i: v for i, v in zip(ids, values["version"], strict=True) if v is not None}
+
     def record_use(self, replica: str) -> None:
         """Note that a serving replica reads this model's view now (for `rollout gc`'s guard): a row under
         an id no catalog item can have, its version the time in whole seconds, its bytes the replica's

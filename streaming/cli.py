@@ -378,6 +378,64 @@ def catalog_update(
         typer.echo(f"published to {settings.topic}")
 
 
+@catalog_app.command("reconcile")
+def catalog_reconcile(
+    model: ModelRef = DEFAULT_MODEL,
+    num_gist: NumGist = None,
+    compressor: CompressorOpt = None,
+    max_item_tokens: MaxItemTokens = None,
+    fingerprint: Annotated[
+        str | None, typer.Option(help="a model's fingerprint instead of loading --model (any view will do)")
+    ] = None,
+    catalog_url: CatalogUrl = DEFAULT_URL,
+    publish: Annotated[
+        bool, typer.Option("--publish/--no-publish", help="publish the restamped items' events")
+    ] = True,
+    feast_dir: FeastDir = None,
+    online: Online = OnlineStore.sqlite,
+    redis_url: RedisUrl = None,
+    feast_config: FeastConfig = None,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """After restoring the catalog from a backup: find items whose stored rows (in any model's view) are
+    ahead of the catalog, move its version counter past them, and republish those items at new versions
+    so the store follows the catalog again (streaming/reconcile.py). Run before the catalog takes writes."""
+    from kafka.errors import KafkaError
+
+    from reranker.catalog.publisher import PublishError, publish_events
+    from streaming.reconcile import reconcile
+
+    store = _open_store(
+        _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens),
+        feast_dir,
+        online,
+        redis_url,
+        feast_config,
+    )
+    settings = _settings(bootstrap_servers) if publish else None
+    with Catalog(catalog_url) as catalog:
+        result = reconcile(catalog, store)
+    typer.echo(f"checked {result.checked} catalog items; {len(result.ahead)} had rows ahead of the catalog")
+    if not result.events:
+        return
+    typer.echo(f"restamped them at versions {result.events[0].version}..{result.events[-1].version}")
+    if settings is None:
+        typer.echo(
+            "not published (--no-publish): publish them with `gistrank publish --since-version "
+            f"{result.events[0].version - 1}`"
+        )
+        return
+    try:
+        published = publish_events(settings, result.events)
+    except (PublishError, KafkaError) as exc:
+        typer.echo(
+            f"not published ({exc}); retry with: publish --since-version {result.events[0].version - 1}",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+    typer.echo(f"published {published} events")
+
+
 rollout_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,

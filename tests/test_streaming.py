@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -39,7 +40,7 @@ from reranker import GistConfig, GistReranker
 from reranker.catalog.database import Catalog
 from reranker.catalog.events import ChangeEvent, ItemFields, encode_event
 from reranker.catalog.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings, ensure_topics
-from reranker.catalog.publisher import EventPublisher, publish_events
+from reranker.catalog.publisher import EventPublisher, publish_catalog, publish_events
 from reranker.core import kv_codec
 from reranker.core.render import content_hash, render_item
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
@@ -491,6 +492,46 @@ def test_dead_letters_are_replayed_by_reason_once_their_cause_is_gone(
     ]  # the replay was accepted: no new letter
     out = cli(["dlq", "replay", "--since-offset", "2"], settings)
     assert "read 0 letters" in out, out
+
+
+@pytest.mark.chaos
+def test_a_catalog_restored_from_backup_is_reconciled_and_its_later_changes_land(
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, tmp_path: Path
+) -> None:
+    """Changes made after a backup reach the store; the catalog is then restored from the backup. The
+    store's rows of those items are ahead of the catalog, so its next changes would be dropped (and a
+    deletion it never saw would hide a live item). `catalog reconcile` moves the version counter past
+    the store and republishes those items: the store follows the restored catalog, later changes land."""
+    live_url, backup = f"sqlite:///{tmp_path / 'live.db'}", tmp_path / "backup.db"
+    with Catalog(live_url) as catalog:
+        for item_id in ("a", "b", "c"):
+            catalog.upsert(item_id, f"item {item_id}", {}, "as backed up")
+        with sqlite3.connect(tmp_path / "live.db") as source, sqlite3.connect(backup) as copy:
+            source.backup(copy)
+        catalog.upsert("a", "item a", {}, "changed after the backup")
+        catalog.upsert("a", "item a", {}, "changed twice after the backup")
+        catalog.delete("b")
+        publish_catalog(settings, catalog)
+    consume_all(probe, tiny_model, store)
+    assert store.versions(["a", "b", "c"]) == {"a": 5, "b": 6, "c": 3}
+
+    restored = f"sqlite:///{backup}"  # a@1, b@2, c@3, counter at 3
+    with Catalog(restored) as catalog:
+        lost_update = catalog.upsert("a", "item a", {}, "changed after the restore")
+        assert lost_update.version == 4 and store.versions(["a"])["a"] == 5  # would lose to the stored row
+        args = ["catalog", "reconcile", "--fingerprint", tiny_model.fingerprint, "--catalog-url", restored]
+        out = cli([*args, "--feast-dir", str(store.data_dir)], settings)
+        assert "2 had rows ahead of the catalog" in out and "published 2 events" in out, out
+        consume_all(probe, tiny_model, store)
+        items = catalog.get(["a", "b", "c"])
+        for item in items.values():
+            assert_row_is_direct_compress(store, tiny_model, item.item_id, item.fields(), item.version)
+        assert items["a"].description == "changed after the restore" and items["b"].version > 6
+        later = catalog.upsert("c", "item c", {}, "a later change")
+        assert later.version > 6  # past everything the store holds
+        publish_events(settings, [later])
+        consume_all(probe, tiny_model, store)
+        assert_row_is_direct_compress(store, tiny_model, "c", later.fields, later.version)
 
 
 def test_dead_letter_value_keeps_bytes_unless_over_the_topic_limit() -> None:

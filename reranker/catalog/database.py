@@ -218,6 +218,21 @@ class Catalog:
                 _save_sequence(session, last + 1)
             return item.event()
 
+    def restamp_past(self, stored: dict[str, int]) -> list[ChangeEvent]:
+        """After a restore from backup: the store holds rows at versions this catalog never issued (or
+        issued to other content), and they would beat every later change of those items. Move the
+        version counter past every stored version, then give each of these items (`stored`: item id →
+        its stored version) a new version with its current content (or its deletion), returned as the
+        events to publish. Unknown ids are skipped."""
+        with self._sessions.begin() as session:
+            last = max(_lock_sequence(session), *stored.values(), 0)
+            items = session.scalars(select(Item).where(Item.item_id.in_(list(stored)))).all()
+            for item in sorted(items, key=lambda i: i.item_id):
+                last += 1
+                _stamp(item, last)
+            _save_sequence(session, last)
+            return [item.event() for item in sorted(items, key=lambda i: i.version)]
+
     def get(self, item_ids: Iterable[str]) -> dict[str, Item]:
         """The live (not deleted) items among `item_ids`; unknown or deleted ids are simply absent."""
         if isinstance(item_ids, str):
