@@ -3,12 +3,12 @@
 
 One view per model fingerprint is what makes a model rollout safe: a new model backfills its own view
 beside the live one, each serving replica reads its own model's view, and the old view is dropped once no
-replica reads it (`reranker/store.py`, `gistrank rollout`). In a view, one row per item holds its
+replica reads it (`reranker/store/`, `gistrank rollout`). In a view, one row per item holds its
 serialized gist K/V (`reranker.core.kv_codec` bytes) and the metadata needed to
 decide, without decoding, whether the row is current: model fingerprint, content hash, catalog version.
 A delete is a tombstone row (`deleted=True`, empty `kv`): Feast 0.49's online stores have no per-entity
 delete, and the tombstone's version is what stops a stale upsert arriving after the delete from
-resurrecting the item (see `reranker/store.py`).
+resurrecting the item (see `reranker/store/`).
 
 `feast apply` executes every .py file in this folder, so this must stay the only one; the application
 loads it by path and calls `build_definitions` with its own data dir and its model's fingerprint. Run on

@@ -19,7 +19,6 @@ from streaming.cli import (
     materialize,
     publish,
     rollout_app,
-    soak,
 )
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -30,7 +29,7 @@ data_app = typer.Typer(
     no_args_is_help=True, help="Build relevance sets (the --data DIR form) from real data."
 )
 app.add_typer(data_app, name="data")
-for command in (publish, consume, materialize, serve, rerank, soak):
+for command in (publish, consume, materialize, serve, rerank):
     app.command()(command)
 app.command("kafka-acls")(kafka_acls)
 
@@ -670,3 +669,55 @@ def eval_merge(
 
 if __name__ == "__main__":
     app()
+
+
+@app.command()
+def soak(
+    events: Annotated[int, typer.Option(min=1, help="catalog changes written and published")] = 10_000,
+    items: Annotated[int, typer.Option(min=1, help="distinct items they touch")] = 300,
+    consumers: Annotated[int, typer.Option(min=1, help="consumer processes at the start")] = 3,
+    consumer_kills: Annotated[int, typer.Option(min=0, help="consumers killed with SIGKILL")] = 6,
+    broker_kills: Annotated[int, typer.Option(min=0, help="broker crashes (SIGKILL, then restart)")] = 2,
+    produce_s: Annotated[float, typer.Option(min=0, help="seconds the changes are spread over")] = 180.0,
+    seed: Annotated[int, typer.Option(help="seeds the changes and which consumer dies")] = 0,
+    workdir: Annotated[Path, typer.Option(help="emptied, then holds broker, stores and logs")] = Path(
+        "var/soak"
+    ),
+) -> None:
+    """Chaos soak of the data path (reranker/bench/soak.py): a real broker, N consumer processes, the stores,
+    ≥ 10,000 catalog changes with consumer and broker kills, a consumer joining and a live gc attempt;
+    then every store row against the catalog. Exit 0 only with nothing lost, stale or resurrected."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from reranker.bench.soak import SoakConfig, run_soak
+
+    console = Console()
+    config = SoakConfig(
+        events, items, consumers, consumers + 3, consumer_kills, broker_kills, produce_s, seed=seed
+    )
+    report = run_soak(config, workdir.resolve(), console.print)
+    table = Table(title=f"soak: {report.seconds:.0f} s")
+    for name in ("result", "value"):
+        table.add_column(name)
+    rows = {
+        "events (upserts / deletes)": f"{report.events} ({report.upserts} / {report.deletes})",
+        "consumer kills / broker kills / consumers joined": (
+            f"{report.consumer_kills} / {report.broker_kills} / {report.consumers_joined}"
+        ),
+        "live gc attempt refused": str(report.gc_refused),
+        "serving reads during the soak": str(report.served_reads),
+        "catalog items (live)": f"{report.items} ({report.live})",
+        "lost": str(len(report.lost)),
+        "stale": str(len(report.stale)),
+        "resurrected": str(len(report.resurrected)),
+        "dead letters": str(report.dead_letters),
+    }
+    for name, value in rows.items():
+        table.add_row(name, value)
+    console.print(table)
+    for name in ("lost", "stale", "resurrected"):
+        if getattr(report, name):
+            console.print(f"{name}: {', '.join(getattr(report, name)[:20])}")
+    if not report.ok:
+        raise typer.Exit(1)

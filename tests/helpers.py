@@ -21,7 +21,7 @@ from reranker.core.kv import GistKV
 from reranker.core.model import QueryTail
 from reranker.core.render import render_item
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
-from reranker.store import GistRow, GistStore
+from reranker.store import LAST_USE_ID, GistRow, GistStore
 
 # ------------------------------------------------------------------------------------ model inputs
 ITEMS = [
@@ -79,19 +79,21 @@ def catalog_row(catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None =
 
 class CountingStore(GistStore):
     """A real GistStore (real Feast online store) that counts its reads and writes: which lookups reach
-    Feast, and that serving never writes it."""
+    Feast, that serving never writes gist rows, and how often it notes its use of the view."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.reads = 0
         self.writes = 0
+        self.uses = 0
 
     def read(self, item_ids: Sequence[str]) -> dict[str, GistRow | None]:
         self.reads += 1
         return super().read(item_ids)
 
     def write(self, rows: Sequence[GistRow]) -> Any:
-        self.writes += 1
+        self.writes += any(r.item_id != LAST_USE_ID for r in rows)  # gist rows, not a note of use
+        self.uses += any(r.item_id == LAST_USE_ID for r in rows)
         return super().write(rows)
 
 

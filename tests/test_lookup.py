@@ -17,7 +17,7 @@ from reranker.catalog.database import Catalog
 from reranker.core import kv_codec
 from reranker.core.errors import EmptyInputError
 from reranker.core.kv import GistKV
-from reranker.serving.lookup import ByteLRU, RefreshRequests
+from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.serving.status import Status
 from reranker.store import GistRow
 
@@ -116,6 +116,23 @@ def test_feast_miss_recomputes_asks_for_a_refresh_and_then_hits_l1(tiny_model, c
     assert len(sink.events) == 3  # and ask for nothing
     lookup.refresh.close()
     assert sink.closed
+
+
+def test_the_lookup_notes_its_use_of_the_view_once_a_minute(tiny_model, catalog, feast_store) -> None:
+    """What `rollout gc` checks before dropping a view: every replica notes that it serves its model's
+    view, answered from L1 or not, at most once a minute (one small write, off no request's answer)."""
+    clock = FakeClock()
+    lookup = KVLookup(tiny_model, ByteLRU(1 << 30, ttl_s=1e9), catalog, feast_store, clock=clock)
+    assert feast_store.last_use() is None
+    lookup.fetch(["item-0"])
+    assert feast_store.uses == 1 and feast_store.last_use()[1] == lookup.replica
+    lookup.fetch(["item-0"])  # an L1 hit, 59 s later: no second note
+    clock.now += 59
+    lookup.fetch(["item-0"])
+    assert feast_store.uses == 1
+    clock.now += 2
+    lookup.fetch(["item-0"])
+    assert feast_store.uses == 2 and feast_store.writes == 0
 
 
 def test_feast_hit_is_decoded_and_cached_in_l1(tiny_model, catalog, feast_store) -> None:

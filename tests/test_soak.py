@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.soak import SoakConfig, run_soak
+from reranker.bench.soak import SoakConfig, run_soak
 
 pytestmark = [pytest.mark.chaos, pytest.mark.kafka]
 

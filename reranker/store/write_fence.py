@@ -59,7 +59,7 @@ def _incoming(values: dict[str, Value]) -> RowVersion:
 
 
 class FencedSqliteOnlineStoreConfig(SqliteOnlineStoreConfig):
-    type: Literal["reranker.write_fence.FencedSqliteOnlineStore"] = FENCED_SQLITE  # type: ignore[assignment]
+    type: Literal["reranker.store.write_fence.FencedSqliteOnlineStore"] = FENCED_SQLITE  # type: ignore[assignment]
 
 
 class FencedSqliteOnlineStore(SqliteOnlineStore):
@@ -136,7 +136,7 @@ def fence_field(view: str) -> str:
 
 
 class FencedRedisOnlineStoreConfig(RedisOnlineStoreConfig):
-    type: Literal["reranker.write_fence.FencedRedisOnlineStore"] = FENCED_REDIS  # type: ignore[assignment]
+    type: Literal["reranker.store.write_fence.FencedRedisOnlineStore"] = FENCED_REDIS  # type: ignore[assignment]
 
 
 class FencedRedisOnlineStore(RedisOnlineStore):

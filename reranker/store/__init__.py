@@ -22,7 +22,7 @@ This module owns the rules Feast does not have:
   timestamps run ahead of the clock by at most the number of such rewrites).
 
 The rule is applied twice: here, against a batched read, to resolve a batch and to report what was
-written; and inside the online store, atomically with the write (`reranker.write_fence`, swapped in for
+written; and inside the online store, atomically with the write (`reranker.store.write_fence`, swapped in for
 Feast's SQLite and Redis stores), so a second writer of the same item in another process — a consumer
 dropped from its group mid-batch, `materialize` beside a consumer — cannot put an older version over a
 newer one. Other Feast online stores get the in-process check only.
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FEATURE_REPO = REPO_ROOT / "feature_repo"
 DEFAULT_DATA_DIR = REPO_ROOT / "var" / "feast"
 DATA_DIR_ENV = "GISTRANK_FEAST_DIR"
@@ -180,8 +180,8 @@ class RowVersion:
         return h.hexdigest()
 
     def fence(self) -> str:
-        """The rule's inputs as one string for the Redis fence field (`reranker.write_fence`): the version
-        zero-padded so that string order is numeric order (Lua numbers are exact only below 2**53)."""
+        """The rule's inputs as one string for the Redis fence field (`write_fence`): the version zero-padded
+        so that string order is numeric order (Lua numbers are exact only below 2**53)."""
         return f"{self.version:020d}|{int(self.deleted)}|{self.digest()}"
 
     @classmethod
@@ -256,7 +256,7 @@ class Coverage:
 
 # The view's own note of when serving last read it (`GistStore.record_use`): catalog item ids cannot hold
 # control characters (reranker.catalog.events), so this id is never an item's.
-_LAST_USE_ID = "\x00last-use"
+LAST_USE_ID = "\x00last-use"
 _FINGERPRINT = re.compile(r"[0-9a-zA-Z]{1,64}")
 
 
@@ -308,15 +308,15 @@ class GistStore:
         self._objects = self._definitions.build_definitions(self.data_dir, fingerprint)
         self.view = self._definitions.view_name(fingerprint)
         repo_config = self._repo_config(online)
-        from reranker.write_fence import FENCED_TYPES
+        from reranker.store.write_fence import FENCED_TYPES
 
         kind = str(repo_config.online_store.type)
-        # "sqlite" / "redis" for the fenced stores swapped in for them (`reranker.write_fence`)
+        # "sqlite" / "redis" for the fenced stores swapped in for them (`reranker.store.write_fence`)
         self.online = {fenced: plain for plain, fenced in FENCED_TYPES.items()}.get(kind, kind)
         if self.online not in FENCED_TYPES:
             logger.warning(
                 "online store %s: writes are compared with the stored version within this process only; "
-                "run one writer per item (reranker.write_fence fences SQLite and Redis across processes)",
+                "run one writer per item (write_fence fences SQLite and Redis across processes)",
                 kind,
             )
         self._where = self._describe(repo_config)
@@ -365,7 +365,7 @@ class GistStore:
                 }
             else:
                 raw["online_store"] = {"type": "sqlite", "path": str(self.data_dir / "online.db")}
-        from reranker.write_fence import FENCED_TYPES
+        from reranker.store.write_fence import FENCED_TYPES
 
         online_store = raw.setdefault("online_store", {"type": "sqlite"})
         if isinstance(online_store, str):  # Feast's shorthand `online_store: redis`
@@ -476,7 +476,7 @@ class GistStore:
         Delete the view's fields from every key of the project, through Feast's own client (cluster too)."""
         from feast.infra.online_stores.helpers import _mmh3
 
-        from reranker import write_fence
+        from reranker.store import write_fence
 
         config = self._store.config
         client = self._online_store()._get_client(config.online_store)
@@ -535,11 +535,11 @@ class GistStore:
         an id no catalog item can have, its version the time in whole seconds, its bytes the replica's
         name; the version rule keeps the latest of every replica's notes."""
         now = int(time.time())
-        self.write([GistRow(_LAST_USE_ID, replica.encode() or b"?", self.fingerprint, 0, 0, "use", now)])
+        self.write([GistRow(LAST_USE_ID, replica.encode() or b"?", self.fingerprint, 0, 0, "use", now)])
 
     def last_use(self) -> tuple[int, str] | None:
         """(unix seconds, replica) of the latest `record_use` in this view, None if serving never read it."""
-        row = self.read([_LAST_USE_ID])[_LAST_USE_ID]
+        row = self.read([LAST_USE_ID])[LAST_USE_ID]
         return None if row is None else (row.version, row.kv.decode(errors="replace"))
 
     def stored_fingerprints(self, item_ids: Sequence[str]) -> dict[str, str | None]:
