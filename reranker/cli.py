@@ -21,7 +21,31 @@ from streaming.cli import (
     rollout_app,
 )
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+# plain help (no boxes that a pipe wraps into noise), -h beside --help, in every subcommand
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help=__doc__,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"gistrank {version('gistrank')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """`gistrank` command line. Heavy imports (torch, feast, kafka) happen inside each command."""
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(dlq_app, name="dlq")

@@ -223,3 +223,15 @@ def test_bench_store_measures_every_path(tiny_base: Path, tmp_path: Path) -> Non
     sizes = {b["storage_dtype"]: b for b in bench["blobs"]}
     assert set(sizes) == {"float32", "float16", "bfloat16", "int8"}
     assert all(0 < b["overhead_bytes"] < 1024 for d, b in sizes.items() if d != "int8")
+
+
+def test_version_and_short_help_on_every_command_readable_in_a_pipe() -> None:
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output == f"gistrank {version('gistrank')}\n"
+    commands = (["-h"], ["rollout", "gc", "-h"], ["dlq", "replay", "-h"], ["eval", "-h"], ["serve", "-h"])
+    for command in commands:
+        result = runner.invoke(app, command, prog_name="gistrank")
+        assert result.exit_code == 0 and result.output.startswith("Usage: gistrank"), (command, result.output)
+        assert not set("╭│╰─") & set(result.output), result.output  # no boxes for a pipe to wrap
