@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+# Model names resolve offline (presets, shipped checkpoints, local folders): a misspelled name is one line
+# naming the known ones, not a minute of retries against the Hub. HF_HUB_OFFLINE=0 lets Hub ids through.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
@@ -46,6 +51,8 @@ def _main(
     ] = False,
 ) -> None:
     """`gistrank` command line. Heavy imports (torch, feast, kafka) happen inside each command."""
+
+
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(dlq_app, name="dlq")

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # model names resolve offline (reranker.core.base_models)
+
 from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError
 from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 from reranker.core.checkpoints import DEFAULT_MODEL
@@ -113,11 +115,12 @@ def _load_model(
 ) -> GistReranker:
     """`GistReranker.read`, its refusals as usage errors."""
     from reranker import GistReranker
+    from reranker.core.base_models import BaseModelUnavailableError
 
     try:
         return GistReranker.read(ref, dtype and dtype.value, compressor, num_gist, max_item_tokens)
-    except ValueError as exc:  # an unknown compressor, a k the trained gists do not have, ...
-        raise typer.BadParameter(str(exc)) from None
+    except (ValueError, BaseModelUnavailableError) as exc:  # an unknown name or compressor, a k the ...
+        raise typer.BadParameter(str(exc), param_hint="--model") from None
 
 
 def _open_store(
@@ -228,10 +231,11 @@ def consume(
 
     _configure_logging()
     settings = _settings(bootstrap_servers)
-    if create_topics:
-        ensure_topics(settings, partitions)
+    # the model and the store first: a wrong name or option fails at once, before any broker is asked
     gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
     store = _open_store(gist_model.fingerprint, feast_dir, online, redis_url, feast_config)
+    if create_topics:
+        ensure_topics(settings, partitions)
     if metrics_port is not None:
         from prometheus_client import start_http_server
 

@@ -235,3 +235,23 @@ def test_version_and_short_help_on_every_command_readable_in_a_pipe() -> None:
         result = runner.invoke(app, command, prog_name="gistrank")
         assert result.exit_code == 0 and result.output.startswith("Usage: gistrank"), (command, result.output)
         assert not set("╭│╰─") & set(result.output), result.output  # no boxes for a pipe to wrap
+
+
+def test_a_misspelled_model_name_is_one_line_naming_the_known_ones_and_no_service_is_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No Hub call (HF_HUB_OFFLINE, set by the CLI) and no broker: the name is checked first. The
+    bootstrap server points at a closed port, so reaching Kafka would show up as a Kafka error."""
+    from reranker.core.base_models import BaseModelUnavailableError, resolve_base
+
+    env = {"HF_HUB_OFFLINE": "1", "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    result = runner.invoke(app, ["consume", "--model", "gistrank-bse-ql"], env=env)
+    assert result.exit_code == 2, result.output
+    assert "'gistrank-bse-ql' is not a known name or a local folder" in result.output
+    assert "gistrank-base-ql-prefix64" in result.output and "Kafka" not in result.output
+    assert "Traceback" not in result.output
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BaseModelUnavailableError, match="known: gistrank-base-ql-prefix64"):
+        resolve_base("org/some-hub-model")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # a user who can reach the Hub lets its ids through
+    assert resolve_base("org/some-hub-model") == "org/some-hub-model"

@@ -72,7 +72,9 @@ def resolve_base(base: str | Path, cache_dir: Path | None = None) -> Path | str:
       into `<cache_root(cache_dir)>/models/smollm2-135m-instruct`). The alias wins over a local folder
       of the same name.
     * an existing local folder: returned as a `Path`.
-    * anything else (e.g. a Hub id, for users who can reach the Hub): returned unchanged.
+    * anything else is a Hub id: returned unchanged only where the Hub is allowed (HF_HUB_OFFLINE=0; the
+      `gistrank` CLI sets it to 1 unless given), else `BaseModelUnavailableError` naming what is known,
+      at once, instead of a minute of retries against an unreachable Hub.
 
     Raises `BaseModelUnavailableError` (with the pip command) if the alias's package is missing.
     """
@@ -84,6 +86,14 @@ def resolve_base(base: str | Path, cache_dir: Path | None = None) -> Path | str:
     path = Path(base).expanduser()
     if path.is_dir():
         return path
+    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on"):
+        from reranker.core.checkpoints import PRESETS, SHIPPED
+
+        known = ", ".join([*PRESETS, *SHIPPED, DEFAULT_BASE])
+        raise BaseModelUnavailableError(
+            f"model {str(base)!r} is not a known name or a local folder (the Hub is off: HF_HUB_OFFLINE=1); "
+            f"known: {known}"
+        )
     return base
 
 

@@ -211,6 +211,7 @@ def write_backends(dest: Path) -> Path:
 def server_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for tritonserver and its Python stubs (see the module docstring)."""
     env = dict(os.environ if base is None else base)
+    env.setdefault("HF_HUB_OFFLINE", "1")  # model names resolve offline (reranker.core.base_models)
     libdir = sysconfig.get_config_var("LIBDIR")
     libpython = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
     if not libdir or not (Path(libdir) / libpython).is_file():
