@@ -14,7 +14,7 @@ import signal
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -129,8 +129,10 @@ def _open_store(
     online: OnlineStore,
     redis_url: str | None,
     feast_config: Path | None = None,
+    apply: bool = True,
 ) -> GistStore:
-    """The store of the model with `fingerprint` (its own Feast view, registered here if new)."""
+    """The store of the model with `fingerprint` (its own Feast view, registered here if new, unless
+    `apply` is False)."""
     from reranker.store import GistStore
 
     if feast_config is not None:
@@ -141,7 +143,8 @@ def _open_store(
         store = GistStore(config=feast_config, fingerprint=fingerprint)
     else:
         store = GistStore(feast_dir, online=online.value, redis_url=redis_url, fingerprint=fingerprint)
-    store.apply()
+    if apply:
+        store.apply()
     return store
 
 
@@ -474,23 +477,41 @@ def rollout_status(
     redis_url: RedisUrl = None,
     feast_config: FeastConfig = None,
 ) -> None:
-    """Coverage of the catalog by every model's view; exit 0 once --model's covers every live item at its
-    catalog version (replicas may switch to it), else 1."""
+    """Coverage of the catalog by every model's view (reads only). Exit 0: --model's view covers every
+    live item at its catalog version (replicas may switch to it); 1: not yet; 3: cannot tell (no
+    catalog, no store, no view of that model, store unreachable)."""
+    from reranker.store import DATA_DIR_ENV, DEFAULT_DATA_DIR, FeatureStoreUnavailableError
+
     target = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
-    store = _open_store(target, feast_dir, online, redis_url, feast_config)
-    with Catalog(catalog_url) as catalog:
-        items = [(item.item_id, item.version) for item in catalog.iter_items()]
+
+    def cannot_tell(reason: str) -> NoReturn:
+        typer.echo(f"cannot tell whether model {target} covers the catalog: {reason}", err=True)
+        raise typer.Exit(3)
+
+    if feast_config is None:
+        data_dir = Path(feast_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+        if not (data_dir / "registry.db").is_file():
+            cannot_tell(f"no Feast store in {data_dir}")
+    try:
+        with Catalog(catalog_url, create=False) as catalog:
+            items = [(item.item_id, item.version) for item in catalog.iter_items()]
+        store = _open_store(target, feast_dir, online, redis_url, feast_config, apply=False)
+        views = store.views()
+        if target not in views:
+            cannot_tell("the store has no view of it (its consumers never ran, or a mistyped fingerprint)")
+        coverages = {
+            view: store.for_model(view).coverage(items) if view != target else store.coverage(items)
+            for view in views
+        }
+    except (CatalogError, FeatureStoreUnavailableError) as exc:
+        cannot_tell(str(exc))
     typer.echo(f"{len(items)} live catalog items")
     typer.echo(f"{'model fingerprint':<34} {'current':>9} {'behind':>8} {'missing':>8} {'coverage':>9}")
-    covered = None
-    for view in store.views():
-        cov = store.for_model(view).coverage(items) if view != target else store.coverage(items)
+    for view, cov in coverages.items():
         missing = cov.items - cov.current - cov.behind
         mark = "  <- --model" if view == target else ""
         typer.echo(f"{view:<34} {cov.current:>9} {cov.behind:>8} {missing:>8} {cov.ratio:>9.1%}{mark}")
-        if view == target:
-            covered = cov
-    assert covered is not None  # _open_store registered the target's view
+    covered = coverages[target]
     if covered.current == covered.items:
         typer.echo(f"model {target} covers the catalog: replicas may switch to it")
         return

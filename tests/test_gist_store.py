@@ -389,6 +389,16 @@ def test_rollout_status_and_gc_commands(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, ["rollout", *args, *feast])
         return result.exit_code, result.output
 
+    # cannot tell (exit 3), writing nothing: no catalog there, a model without a view, no store there
+    missing_catalog = tmp_path / "nowhere" / "catalog.db"
+    code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", f"sqlite:///{missing_catalog}")
+    assert code == 3 and "no catalog at" in out and not missing_catalog.parent.exists(), out
+    code, out = rollout("status", "--fingerprint", "c" * 32, "--catalog-url", catalog_url)
+    assert code == 3 and "the store has no view of it" in out and store_a.views() == [FP_A, FP_B], out
+    result = CliRunner().invoke(
+        app, ["rollout", "status", "--fingerprint", FP_B, "--catalog-url", catalog_url, "--feast-dir", "nope"]
+    )
+    assert result.exit_code == 3 and "no Feast store in nope" in result.output and not Path("nope").exists()
     code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", catalog_url)
     assert code == 1 and f"model {FP_B} is not ready: 1 items not current yet" in out, out
     assert re.search(rf"{FP_A}\s+3\s+0\s+0\s+100\.0%\n", out), out  # current, behind, missing

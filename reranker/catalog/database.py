@@ -32,6 +32,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    inspect,
     select,
     update,
 )
@@ -128,10 +129,19 @@ class _Sequence(Base):
 
 
 class Catalog:
-    """Items in any SQLAlchemy database (SQLite file by default); tables are created on open."""
+    """Items in any SQLAlchemy database (SQLite file by default); tables are created on open, unless
+    `create` is False (a read-only look: a missing database or table is a `CatalogError`)."""
 
-    def __init__(self, url: str = DEFAULT_URL) -> None:
+    def __init__(self, url: str = DEFAULT_URL, create: bool = True) -> None:
+        where = make_url(url).render_as_string(hide_password=True)
+        if not create:
+            parsed = make_url(url)
+            if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+                raise CatalogError(f"no catalog at {where} (the file does not exist)")
         self.engine = _make_engine(url)
+        if not create and not inspect(self.engine).has_table(Item.__tablename__):
+            self.engine.dispose()
+            raise CatalogError(f"no catalog at {where} (the database has no items table)")
         Base.metadata.create_all(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         try:
