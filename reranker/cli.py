@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
+from reranker.core.home import home
 from reranker.serving.cli import rerank, serve
 from streaming.cli import (
     catalog_app,
@@ -25,6 +26,8 @@ from streaming.cli import (
     publish,
     rollout_app,
 )
+
+HOME = home()  # $GISTRANK_HOME: the state folder (reranker/core/home.py)
 
 # plain help (no boxes that a pipe wraps into noise), -h beside --help, in every subcommand
 app = typer.Typer(
@@ -85,7 +88,7 @@ def demo(
     core: Annotated[
         bool, typer.Option(help="in-process only: compress + score vs score_full, no services")
     ] = False,
-    workdir: Annotated[Path, typer.Option(help="where the pipeline demo keeps its state")] = Path("var/demo"),
+    workdir: Annotated[Path, typer.Option(help="where the pipeline demo keeps its state")] = HOME / "demo",
     queries: Annotated[int, typer.Option(help="sample queries ranked through Triton")] = 3,
     max_item_tokens: Annotated[
         int | None,
@@ -171,7 +174,7 @@ def bench_store(
     consumer_items: Annotated[int, typer.Option(help="items through Kafka → consumer → Feast")] = 64,
     read_ids: Annotated[int, typer.Option(help="ids per online read")] = 50,
     read_repeats: Annotated[int, typer.Option(help="timed reads per store")] = 30,
-    workdir: Annotated[Path, typer.Option(help="broker, stores, catalog")] = Path("var/bench-store"),
+    workdir: Annotated[Path, typer.Option(help="broker, stores, catalog")] = HOME / "bench-store",
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_store.json"),
 ) -> None:
     """Consumer items/s vs raw compress; Feast read latency (SQLite, Redis) vs raw Redis; blob bytes."""
@@ -196,7 +199,7 @@ def bench_training(
     adapter_rank: Annotated[int, typer.Option(help="gist adapter rank of the frozen-reader recipe")] = 8,
     dtype: DType = "auto",
     steps: Annotated[int, typer.Option(min=1, help="timed steps per recipe, after one warm-up step")] = 2,
-    workdir: Annotated[Path, typer.Option(help="the two runs' folders")] = Path("var/bench-training"),
+    workdir: Annotated[Path, typer.Option(help="the two runs' folders")] = HOME / "bench-training",
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_training.json"),
 ) -> None:
     """Gist training pairs per CPU-second: back-propagating through every item position (LoRA body)
@@ -711,9 +714,8 @@ def soak(
     broker_kills: Annotated[int, typer.Option(min=0, help="broker crashes (SIGKILL, then restart)")] = 2,
     produce_s: Annotated[float, typer.Option(min=0, help="seconds the changes are spread over")] = 180.0,
     seed: Annotated[int, typer.Option(help="seeds the changes and which consumer dies")] = 0,
-    workdir: Annotated[Path, typer.Option(help="emptied, then holds broker, stores and logs")] = Path(
-        "var/soak"
-    ),
+    workdir: Annotated[Path, typer.Option(help="emptied, then holds broker, stores and logs")] = HOME
+    / "soak",
 ) -> None:
     """Chaos soak of the data path (reranker/bench/soak.py): a real broker, N consumer processes, the stores,
     ≥ 10,000 catalog changes with consumer and broker kills, a consumer joining and a live gc attempt;

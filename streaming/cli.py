@@ -57,7 +57,8 @@ CreateTopics = Annotated[
     bool, typer.Option(help="create missing topics first (needs the admin right to create topics)")
 ]
 FeastDir = Annotated[
-    Path | None, typer.Option(help="Feast data dir (registry, SQLite online store); default var/feast")
+    Path | None,
+    typer.Option(help="Feast data dir (registry, SQLite online store); default $GISTRANK_HOME/feast"),
 ]
 Online = Annotated[OnlineStore, typer.Option(help="online store")]
 FeastConfig = Annotated[
@@ -480,7 +481,7 @@ def rollout_status(
     """Coverage of the catalog by every model's view (reads only). Exit 0: --model's view covers every
     live item at its catalog version (replicas may switch to it); 1: not yet; 3: cannot tell (no
     catalog, no store, no view of that model, store unreachable)."""
-    from reranker.store import DATA_DIR_ENV, DEFAULT_DATA_DIR, FeatureStoreUnavailableError
+    from reranker.store import FeatureStoreUnavailableError, default_data_dir
 
     target = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
 
@@ -489,7 +490,7 @@ def rollout_status(
         raise typer.Exit(3)
 
     if feast_config is None:
-        data_dir = Path(feast_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+        data_dir = Path(feast_dir or default_data_dir())
         if not (data_dir / "registry.db").is_file():
             cannot_tell(f"no Feast store in {data_dir}")
     try:

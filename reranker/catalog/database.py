@@ -49,9 +49,10 @@ from reranker.catalog.events import (
     strict_json_loads,
     validation_reason,
 )
+from reranker.core.home import default_catalog_url
 from reranker.core.render import content_hash
 
-DEFAULT_URL = "sqlite:///var/catalog.db"
+DEFAULT_URL = default_catalog_url()  # $GISTRANK_HOME/catalog.db, read when this module is imported
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Rows per query: below SQLite's bound-parameter limit, and one load_jsonl batch.
 BATCH = 500

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from reranker.catalog.database import DEFAULT_URL
 from reranker.core.checkpoints import DEFAULT_MODEL, model_spec
 
 Port = Annotated[int, typer.Option(help="0 = pick a free port")]
@@ -32,9 +33,7 @@ def serve(
     max_item_tokens: Annotated[
         int | None, typer.Option(help="item tokens read, for the model and its shadow (default: their own)")
     ] = None,
-    catalog_url: Annotated[
-        str, typer.Option(help="catalog DB (recompute source)")
-    ] = "sqlite:///var/catalog.db",
+    catalog_url: Annotated[str, typer.Option(help="catalog DB (recompute source)")] = DEFAULT_URL,
     full_model: Annotated[
         str | None,
         typer.Option(
@@ -44,7 +43,7 @@ def serve(
     ] = None,
     feast_online: Annotated[str, typer.Option(help="sqlite | redis | none")] = "sqlite",
     feast_dir: Annotated[
-        str, typer.Option(help="Feast data dir; default $GISTRANK_FEAST_DIR or var/feast")
+        str, typer.Option(help="Feast data dir; default $GISTRANK_FEAST_DIR or $GISTRANK_HOME/feast")
     ] = "",
     redis_url: Annotated[str, typer.Option(help="for --feast-online redis")] = "",
     feast_config: Annotated[

@@ -29,11 +29,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
 from reranker.core.checkpoints import default_shadow
+from reranker.core.home import default_catalog_url
+from reranker.store import default_data_dir
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +59,10 @@ class ServerSettings:
     """One `gistrank serve` run. Ports set to 0 are picked free at start."""
 
     model_path: str
-    catalog_url: str = "sqlite:///var/catalog.db"
+    catalog_url: str = field(default_factory=default_catalog_url)
     full_model_path: str | None = None  # the shadow's model; default checkpoints.default_shadow(model_path)
     feast_online: str = "sqlite"  # sqlite | redis | none
-    feast_dir: str = ""  # "" = GistStore's default ($GISTRANK_FEAST_DIR or var/feast)
+    feast_dir: str = ""  # "" = GistStore's default ($GISTRANK_FEAST_DIR or $GISTRANK_HOME/feast)
     redis_url: str = ""
     feast_config: str = ""  # a Feast feature_store.yaml used as written (replaces the three above)
     feast_retry_s: float = 5.0
@@ -102,7 +104,8 @@ class ServerSettings:
             "num_threads": str(self.num_threads),
             "catalog_url": secrets["catalog_url"],
             "feast_online": self.feast_online,
-            "feast_dir": self.feast_dir,
+            # absolute: the model processes need not share this process's working folder
+            "feast_dir": self.feast_dir or str(default_data_dir()),
             "redis_url": secrets["redis_url"],
             "feast_config": self.feast_config,
             "feast_retry_s": str(self.feast_retry_s),

@@ -53,6 +53,8 @@ import redis.exceptions
 import sqlalchemy.exc
 import yaml
 
+from reranker.core.home import home
+
 if TYPE_CHECKING:
     from feast import FeatureStore, RepoConfig
 
@@ -62,7 +64,6 @@ logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FEATURE_REPO = REPO_ROOT / "feature_repo"
-DEFAULT_DATA_DIR = REPO_ROOT / "var" / "feast"
 DATA_DIR_ENV = "GISTRANK_FEAST_DIR"
 ONLINE_ENV = "GISTRANK_FEAST_ONLINE"
 REDIS_URL_ENV = "GISTRANK_REDIS_URL"
@@ -87,6 +88,11 @@ _UNAVAILABLE = (
     sqlalchemy.exc.OperationalError,
     OSError,
 )
+
+
+def default_data_dir() -> Path:
+    """The Feast data dir when none is given: $GISTRANK_FEAST_DIR, else $GISTRANK_HOME/feast."""
+    return Path(os.environ.get(DATA_DIR_ENV) or home() / "feast")
 
 
 class FeatureStoreUnavailableError(RuntimeError):
@@ -281,7 +287,7 @@ class GistStore:
           registry, ...), `${VAR}` expanded from the environment as Feast does, relative paths read
           from the file's folder. `data_dir`, `online` and `redis_url` must then be left unset.
         * otherwise the project's own `feature_repo/feature_store.yaml` with local-run overrides: its
-          registry and SQLite file in `data_dir` (default $GISTRANK_FEAST_DIR or var/feast), and with
+          registry and SQLite file in `data_dir` (default: `default_data_dir()`), and with
           `online="redis"` one Redis at `redis_url` as the online store.
         """
         if config is not None and (data_dir is not None or online is not None or redis_url is not None):
@@ -299,7 +305,7 @@ class GistStore:
         if self.config_path is not None:
             self.data_dir = self.config_path.parent
         else:
-            self.data_dir = Path(data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).resolve()
+            self.data_dir = Path(data_dir or default_data_dir()).resolve()
         self.redis_url = (redis_url or DEFAULT_REDIS_URL) if online == "redis" and config is None else None
 
         from feast import FeatureStore
