@@ -8,15 +8,17 @@ training's objectives, serving's shadow sampling and the evaluation.
   top-K a system keeps. The reference is the full-context teacher on the same candidates; in a cascade
   a candidate pushed out of the top-K is lost for every later stage, so this is the number that says
   whether compression is safe to deploy.
-* `ndcg_at_k` and `accuracy_at_1`: quality against the graded labels (non-negative integers on any
-  scale: 0–2 for the synthetic set, 0–1 to 0–4 for TREC collections; gain 2^label − 1).
+* `ndcg_at_k`, `recall_at_k`, `reciprocal_rank` and `accuracy_at_1`: quality against the graded labels
+  (non-negative integers on any scale: 0–2 for the synthetic set, 0–1 to 0–4 for TREC collections).
+  nDCG's gain is the label itself by default, as trec_eval's; `gain="exponential"` gives 2^label − 1.
 * `mean_by_slice` and `length_quartiles`: a global mean hides the long items that carry the loss, so
   every metric is also reported per item-length quartile and per query kind (hard-negative or not).
 
-Ranking rule, shared by every function: candidates are ordered by score descending, ties broken by
-candidate index ascending. A fixed rule makes every metric a deterministic function of its inputs
-(no dependence on sort stability or on numpy's choice of algorithm). The tie rule favours earlier
-candidates, so candidate lists must not be ordered by label (the synthetic generator shuffles them).
+Ranking rule, shared by every function: candidates are ordered by score descending; ties are broken
+as trec_eval breaks them — by document id, descending — when the caller gives `doc_ids`, else by
+candidate index ascending. A fixed rule makes every metric a deterministic function of its inputs (no
+dependence on sort stability), and with ids every metric is trec_eval's on the same run. Without ids
+the rule favours earlier candidates, so candidate lists must then not be ordered by label.
 """
 
 from __future__ import annotations
@@ -24,47 +26,69 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Hashable, Sequence
+from typing import Literal
 
 import numpy as np
 
+Gain = Literal["linear", "exponential"]
 
-def ranking(scores: Sequence[float]) -> list[int]:
-    """Candidate indices, best first: score descending, then index ascending."""
+
+def ranking(scores: Sequence[float], doc_ids: Sequence[str] | None = None) -> list[int]:
+    """Candidate indices, best first: score descending, then doc id descending (trec_eval), or index
+    ascending without ids."""
     values = _finite_scores(scores)
-    return sorted(range(len(values)), key=lambda i: (-values[i], i))
+    if doc_ids is None:
+        return sorted(range(len(values)), key=lambda i: (-values[i], i))
+    _check_same_length(scores, doc_ids, "scores", "doc_ids")
+    return sorted(range(len(values)), key=lambda i: (values[i], doc_ids[i]), reverse=True)
 
 
-def top_k(scores: Sequence[float], k: int) -> list[int]:
+def top_k(scores: Sequence[float], k: int, doc_ids: Sequence[str] | None = None) -> list[int]:
     """The first `k` indices of `ranking` (all of them when there are fewer than `k` candidates)."""
     _check_k(k)
-    return ranking(scores)[:k]
+    return ranking(scores, doc_ids)[:k]
 
 
 def top_k_overlap(
-    system_scores: Sequence[float], reference_scores: Sequence[float], k: int
+    system_scores: Sequence[float],
+    reference_scores: Sequence[float],
+    k: int,
+    doc_ids: Sequence[str] | None = None,
 ) -> tuple[int, int]:
     """(|top-k(system) ∩ top-k(reference)|, min(k, N)) over the same N candidates: the two counts of
     recall@k, kept apart so that a caller can sum them over many queries before dividing (shadow
     scoring pools them over live requests)."""
     _check_same_length(system_scores, reference_scores, "system_scores", "reference_scores")
-    system, reference = top_k(system_scores, k), top_k(reference_scores, k)
+    system, reference = top_k(system_scores, k, doc_ids), top_k(reference_scores, k, doc_ids)
     return len(set(system) & set(reference)), min(k, len(reference))
 
 
 def recall_at_k_vs_reference(
-    system_scores: Sequence[float], reference_scores: Sequence[float], k: int
+    system_scores: Sequence[float],
+    reference_scores: Sequence[float],
+    k: int,
+    doc_ids: Sequence[str] | None = None,
 ) -> float:
-    """|top-k(system) ∩ top-k(reference)| / min(k, N) over the same N candidates.
+    """The share of the reference's top k that the system keeps in its own top k (reported as
+    "overlap@k": not the IR recall of relevant documents, which is `recall_at_k`):
+    |top-k(system) ∩ top-k(reference)| / min(k, N) over the same N candidates.
 
     With fewer than `k` candidates both top-k sets are the whole list and recall is 1: nothing was
     pushed out. Identical score vectors always give 1 because both sides use the same tie rule.
     """
-    overlap, reference = top_k_overlap(system_scores, reference_scores, k)
+    overlap, reference = top_k_overlap(system_scores, reference_scores, k, doc_ids)
     return overlap / reference
 
 
-def ndcg_at_k(scores: Sequence[float], labels: Sequence[int], k: int) -> float:
-    """NDCG@k with exponential gain 2^label − 1 and discount 1/log2(rank + 1), rank starting at 1.
+def ndcg_at_k(
+    scores: Sequence[float],
+    labels: Sequence[int],
+    k: int,
+    doc_ids: Sequence[str] | None = None,
+    gain: Gain = "linear",
+) -> float:
+    """NDCG@k, discount 1/log2(rank + 1) (rank from 1), gain the label (trec_eval's `ndcg_cut`) or
+    2^label − 1 (`gain="exponential"`, which weighs a perfect match more on graded scales).
 
     The ideal DCG sorts the labels themselves (descending), over all N candidates, cut at k (trec_eval
     sorts the qrels of the topic instead: the same when the qrels are the list's labels). A query
@@ -73,14 +97,40 @@ def ndcg_at_k(scores: Sequence[float], labels: Sequence[int], k: int) -> float:
     """
     _check_same_length(scores, labels, "scores", "labels")
     _check_k(k)
-    gains = _gains(labels)
+    gains = _gains(labels, gain)
     ideal = _dcg(sorted(gains, reverse=True)[:k])
     if ideal == 0.0:
         return 0.0
-    return _dcg([gains[i] for i in top_k(scores, k)]) / ideal
+    return _dcg([gains[i] for i in top_k(scores, k, doc_ids)]) / ideal
 
 
-def accuracy_at_1(scores: Sequence[float], labels: Sequence[int]) -> float:
+def recall_at_k(
+    scores: Sequence[float], labels: Sequence[int], k: int, doc_ids: Sequence[str] | None = None
+) -> float:
+    """IR recall: the share of the list's relevant candidates (label > 0) in the top k; 0.0 without any
+    (trec_eval's `recall_k` with the list's labels as the qrels)."""
+    _check_same_length(scores, labels, "scores", "labels")
+    relevant = sum(label > 0 for label in labels)
+    if relevant == 0:
+        return 0.0
+    return sum(labels[i] > 0 for i in top_k(scores, k, doc_ids)) / relevant
+
+
+def reciprocal_rank(
+    scores: Sequence[float], labels: Sequence[int], doc_ids: Sequence[str] | None = None
+) -> float:
+    """1 / the rank of the first relevant candidate (label > 0); 0.0 without any (trec_eval's
+    `recip_rank`; its mean over queries is MRR)."""
+    _check_same_length(scores, labels, "scores", "labels")
+    for rank, i in enumerate(ranking(scores, doc_ids), start=1):
+        if labels[i] > 0:
+            return 1.0 / rank
+    return 0.0
+
+
+def accuracy_at_1(
+    scores: Sequence[float], labels: Sequence[int], doc_ids: Sequence[str] | None = None
+) -> float:
     """1.0 when the top-ranked candidate carries the best label of the list (and it is above 0), else 0.0.
 
     "Best label present" rather than "label 2": a list whose best candidate is a partial match is still
@@ -89,7 +139,7 @@ def accuracy_at_1(scores: Sequence[float], labels: Sequence[int]) -> float:
     """
     _check_same_length(scores, labels, "scores", "labels")
     best = max(labels)
-    return 1.0 if best > 0 and labels[top_k(scores, 1)[0]] == best else 0.0
+    return 1.0 if best > 0 and labels[top_k(scores, 1, doc_ids)[0]] == best else 0.0
 
 
 def mean_by_slice(values: Sequence[float], slice_keys: Sequence[Hashable]) -> dict[Hashable, float]:
@@ -118,10 +168,14 @@ def _dcg(gains: Sequence[float]) -> float:
     return math.fsum(gain / math.log2(rank + 2) for rank, gain in enumerate(gains))
 
 
-def _gains(labels: Sequence[int]) -> list[float]:
+def _gains(labels: Sequence[int], gain: Gain) -> list[float]:
     if any(label < 0 for label in labels):
         raise ValueError(f"labels must be >= 0, got {list(labels)}")
-    return [2.0**label - 1.0 for label in labels]
+    if gain == "linear":
+        return [float(label) for label in labels]
+    if gain == "exponential":
+        return [2.0**label - 1.0 for label in labels]
+    raise ValueError(f"gain must be 'linear' or 'exponential', got {gain!r}")
 
 
 def _finite_scores(scores: Sequence[float]) -> list[float]:

@@ -83,9 +83,12 @@ def test_ndcg_graded_labels_by_hand() -> None:
     # ranking: index 1 (label 0), 2 (label 1), 3 (label 2), 0 (label 2)
     # DCG@3 = 0/1 + (2^1-1)/log2(3) + (2^2-1)/log2(4) = 1/log2(3) + 3/2
     # ideal labels 2, 2, 1: IDCG@3 = 3/1 + 3/log2(3) + 1/2
-    value = ndcg_at_k([0.1, 0.9, 0.5, 0.3], [2, 0, 1, 2], 3)
+    value = ndcg_at_k([0.1, 0.9, 0.5, 0.3], [2, 0, 1, 2], 3, gain="exponential")
     assert value == pytest.approx((1 / LOG2_3 + 1.5) / (3 + 3 / LOG2_3 + 0.5), abs=1e-9)
     assert value == pytest.approx(0.3951442658987156, abs=1e-9)
+    # the default, trec_eval's gain = label: DCG@3 = 1/log2(3) + 2/2, IDCG@3 = 2 + 2/log2(3) + 1/2
+    linear = ndcg_at_k([0.1, 0.9, 0.5, 0.3], [2, 0, 1, 2], 3)
+    assert linear == pytest.approx((1 / LOG2_3 + 1) / (2 + 2 / LOG2_3 + 0.5), abs=1e-9)
 
 
 def test_ndcg_perfect_and_reversed() -> None:
@@ -93,7 +96,7 @@ def test_ndcg_perfect_and_reversed() -> None:
     assert ndcg_at_k([4, 3, 2, 1], labels, 10) == pytest.approx(1.0, abs=1e-12)
     # reversed: ranks 3 and 4 hold labels 1 and 2 -> DCG = 1/log2(4) + 3/log2(5); IDCG = 3 + 1/log2(3)
     expected = (1 / 2 + 3 / math.log2(5)) / (3 + 1 / LOG2_3)
-    assert ndcg_at_k([1, 2, 3, 4], labels, 10) == pytest.approx(expected, abs=1e-9)
+    assert ndcg_at_k([1, 2, 3, 4], labels, 10, gain="exponential") == pytest.approx(expected, abs=1e-9)
 
 
 def test_ndcg_ties_break_by_index() -> None:

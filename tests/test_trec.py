@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ir_measures
 import pytest
-from ir_measures import R, nDCG
+from ir_measures import RR, R, nDCG
 from typer.testing import CliRunner
 
 from reranker.cli import app
@@ -38,7 +38,13 @@ from reranker.data.trec import (
 from reranker.evaluation.baselines import bm25_scores
 from reranker.evaluation.run_files import run_tag, write_runs
 from reranker.evaluation.runner import evaluate
-from reranker.ranking_metrics import ndcg_at_k, ranking, recall_at_k_vs_reference
+from reranker.ranking_metrics import (
+    ndcg_at_k,
+    ranking,
+    recall_at_k,
+    recall_at_k_vs_reference,
+    reciprocal_rank,
+)
 
 pytestmark = pytest.mark.trec
 
@@ -302,20 +308,14 @@ def test_import_file_command_maps_esci_labels(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------- run files, metric check
-def exp_gains(max_label: int) -> dict[int, int]:
-    return {label: 2**label - 1 for label in range(max_label + 1)}
-
-
 def check_against_trec_eval(run_dir: Path, relevance: RelevanceSet, reference: str) -> int:
     """Every run in `run_dir` scored by ir_measures (pytrec_eval) against the project's metrics on the
-    same candidates and scores, query by query; returns how many runs were checked.
+    same candidates and scores, query by query, ties included; returns how many runs were checked.
 
-    nDCG@10: trec_eval's ideal DCG sorts the topic's qrels, ours the list's labels — the same here, as
-    the qrels written beside the runs are exactly the evaluated lists; trec_eval's gain is the label
-    itself, so the gains 2^l − 1 are passed as its gain map. Recall@K against the reference: R@K of the
-    system's run with the reference run's top K as the qrels (label 1), i.e. |top-K ∩ top-K_ref| /
-    min(K, N). trec_eval ignores the rank column and sorts by score, ties by docno: runs with tied
-    scores are compared only on queries without ties."""
+    nDCG@10 with the label as the gain (trec_eval's) and with 2^l − 1 (as ir_measures' gain map); IR
+    recall@10 and reciprocal rank (relevant: label > 0); overlap@K with the reference as R@K of the
+    system's run with the reference run's top K as the qrels. trec_eval's ideal DCG sorts the topic's
+    qrels, ours the list's labels: the same here, as the qrels beside the runs are exactly the lists."""
     qrels = {}
     for q in ir_measures.read_trec_qrels(str(run_dir / "qrels.txt")):
         qrels.setdefault(q.query_id, {})[q.doc_id] = q.relevance
@@ -329,29 +329,34 @@ def check_against_trec_eval(run_dir: Path, relevance: RelevanceSet, reference: s
         for system, name in json.loads((run_dir / "runs.json").read_text()).items()
     }
     top = max(label for per in labels.values() for label in per.values())
-    ndcg = nDCG(gains=exp_gains(top)) @ 10
-    checked = 0
+    exp_ndcg = nDCG(gains={label: 2**label - 1 for label in range(top + 1)}) @ 10
     for system, run in runs.items():
-        untied = {qid: docs for qid, docs in run.items() if len(set(docs.values())) == len(docs)}
-        if not untied:
-            continue
-        theirs = {(m.query_id, str(m.measure)): m.value for m in ir_measures.iter_calc([ndcg], qrels, untied)}
-        for qid, docs in untied.items():
+        theirs = {  # the gain map in its own call: beside plain nDCG, pytrec_eval would mix the two up
+            (m.query_id, str(m.measure)): m.value
+            for measures in ([nDCG @ 10, R @ 10, RR], [exp_ndcg])
+            for m in ir_measures.iter_calc(measures, qrels, run)
+        }
+        for qid, docs in run.items():
             ids = [d for d, _ in relevance.candidates(qid)]
             scores, truth = [docs[d] for d in ids], [runs[reference][qid][d] for d in ids]
-            assert theirs[qid, str(ndcg)] == pytest.approx(
-                ndcg_at_k(scores, [labels[qid][d] for d in ids], 10)
-            )
+            graded = [labels[qid][d] for d in ids]
+            ours = {
+                str(nDCG @ 10): ndcg_at_k(scores, graded, 10, ids),
+                str(exp_ndcg): ndcg_at_k(scores, graded, 10, ids, gain="exponential"),
+                str(R @ 10): recall_at_k(scores, graded, 10, ids),
+                str(RR): reciprocal_rank(scores, graded, ids),
+            }
+            for measure, value in ours.items():
+                assert theirs[qid, measure] == pytest.approx(value), (system, qid, measure)
             for k in (1, 5, 10):
-                ref_top = {ids[i]: 1 for i in ranking(truth)[:k]}
+                ref_top = {ids[i]: 1 for i in ranking(truth, ids)[:k]}
                 [recall] = ir_measures.iter_calc([R @ k], {qid: ref_top}, {qid: docs})
-                assert recall.value == pytest.approx(recall_at_k_vs_reference(scores, truth, k)), (
+                assert recall.value == pytest.approx(recall_at_k_vs_reference(scores, truth, k, ids)), (
                     system,
                     qid,
                     k,
                 )
-        checked += 1
-    return checked
+    return len(runs)
 
 
 def _by_query(rows) -> dict[str, list[tuple[str, float]]]:
@@ -363,7 +368,8 @@ def _by_query(rows) -> dict[str, list[tuple[str, float]]]:
 
 @pytest.mark.parametrize("top_label", [1, 4])
 def test_run_files_agree_with_trec_eval(tmp_path: Path, top_label: int) -> None:
-    """Made-up lists of 15 candidates on a 0–1 and a 0–4 scale, three systems, no ties."""
+    """Made-up lists of 15 candidates on a 0–1 and a 0–4 scale; four systems, two with ties (a constant
+    scorer and one with scores rounded to two values): every metric equals trec_eval's, query by query."""
     rng = random.Random(top_label)
     items = {}
     queries, judgments = [], []
@@ -377,19 +383,37 @@ def test_run_files_agree_with_trec_eval(tmp_path: Path, top_label: int) -> None:
         system: {q.query_id: [rng.gauss(0, 1) for _ in relevance.candidates(q.query_id)] for q in queries}
         for system in ("teacher", "gist t=32 k=8", "bm25")
     }
+    scores["no item"] = {q.query_id: [0.5] * 15 for q in queries}  # every candidate tied
+    scores["coarse"] = {q: [float(v > 0) for v in values] for q, values in scores["bm25"].items()}
     files = write_runs(tmp_path, relevance, scores)
-    assert {p.name for p in files.values()} == {"teacher.run", "gist_t=32_k=8.run", "bm25.run"}
+    assert {p.name for p in files.values()} == {
+        "teacher.run",
+        "gist_t=32_k=8.run",
+        "bm25.run",
+        "no_item.run",
+        "coarse.run",
+    }
     first = (tmp_path / "bm25.run").read_text().splitlines()[0].split()
     assert len(first) == 6 and first[1] == "Q0" and first[3] == "1" and first[5] == "bm25"
-    assert check_against_trec_eval(tmp_path, relevance, "teacher") == 3
-    if top_label == 1:  # on 0/1 labels the gains coincide: trec_eval's plain nDCG@10 is ours
-        qrels = list(ir_measures.read_trec_qrels(str(tmp_path / "qrels.txt")))
-        run = list(ir_measures.read_trec_run(str(tmp_path / "bm25.run")))
-        plain = {m.query_id: m.value for m in ir_measures.iter_calc([nDCG @ 10], qrels, run)}
-        for q in queries:
-            labels = [label for _, label in relevance.candidates(q.query_id)]
-            assert plain[q.query_id] == pytest.approx(ndcg_at_k(scores["bm25"][q.query_id], labels, 10))
+    assert check_against_trec_eval(tmp_path, relevance, "teacher") == 5
     assert run_tag("prefix 40 · gist t=32 k=8 · untouched base") == "prefix_40_gist_t=32_k=8_untouched_base"
+
+
+def test_tied_scores_rank_by_docno_descending_as_trec_eval_does() -> None:
+    # the issue's example: a constant scorer is not a perfect ranker
+    ids, labels = ["d1", "d2", "d3"], [2, 0, 1]
+    assert ranking([0.0, 0.0, 0.0], ids) == [2, 1, 0]  # d3, d2, d1
+    assert ranking([0.0, 0.0, 0.0]) == [0, 1, 2]  # without ids: candidate order
+    assert ndcg_at_k([0.0] * 3, labels, 10, ids) < ndcg_at_k([0.0] * 3, labels, 10) < 1.0
+    assert ndcg_at_k([3.0, 1.0, 2.0], labels, 10, gain="linear") == 1.0
+    # gain: 2 vs 1 on graded labels: linear 2 / (2 + 1/log2 3) ... checked against trec_eval above
+    assert ndcg_at_k([1.0, 2.0, 0.0], [2, 1, 0], 10) != ndcg_at_k(
+        [1.0, 2.0, 0.0], [2, 1, 0], 10, gain="exponential"
+    )
+    assert (
+        reciprocal_rank([1.0, 2.0, 0.0], [2, 0, 0]) == 0.5
+        and recall_at_k([1.0, 2.0, 0.0], [1, 0, 1], 2) == 0.5
+    )
 
 
 def test_eval_run_dir_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
@@ -412,11 +436,11 @@ def test_eval_run_dir_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
         "idf_over": "the collection (collection.json)",
     }
     report = (tmp_path / "eval" / "report.md").read_text()
-    assert "ndcg@10 (gain 2^label − 1)" in report and "k1 = 0.9, b = 0.4" in report
+    assert "ndcg@10 (gain = label)" in report and "k1 = 0.9, b = 0.4" in report
     assert check_against_trec_eval(runs, data.split("train"), "teacher") >= 3
     for record in result.records:  # the report's numbers are the runs' numbers
         run = _by_query(ir_measures.read_trec_run(str(runs / index[record.system])))[record.query_id]
         ids = [d for d, _ in data.candidates(record.query_id)]
         scores = dict(run)
         labels = [label for _, label in data.candidates(record.query_id)]
-        assert record.metrics["ndcg@10"] == ndcg_at_k([scores[d] for d in ids], labels, 10)
+        assert record.metrics["ndcg@10"] == ndcg_at_k([scores[d] for d in ids], labels, 10, ids)

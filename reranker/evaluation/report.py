@@ -20,7 +20,11 @@ from reranker.evaluation.results import (
     paired_differences,
 )
 
-GAIN_NOTE = "nDCG gain 2^label − 1, discount 1/log2(rank + 1), ideal from the list's labels"
+GAIN_NOTE = (
+    "nDCG gain = label, discount 1/log2(rank + 1), ideal from the list's labels, ties by item id "
+    "descending (trec_eval's conventions); overlap@K = the share of the teacher's top K in the "
+    "system's top K (results.json: recall@K)"
+)
 
 
 def write_outputs(result: EvalResult, out: Path) -> None:
@@ -101,12 +105,11 @@ def _cost_table(result: EvalResult) -> list[str]:
 
 def markdown_report(result: EvalResult) -> str:
     summary = result.summary
-    hard_cols = ["hard-query recall@5", "hard-query " + metric_header("ndcg@10")]
+    hard_cols = ["hard-query " + metric_header("recall@5"), "hard-query " + metric_header("ndcg@10")]
     lines = [
         f"## Evaluation on split `{result.split}` ({result.queries} queries)",
         "",
-        f"Reference ranking: teacher `{result.teacher}`. Recall@K is against the teacher's top-K; "
-        f"{GAIN_NOTE}.",
+        f"Reference ranking: teacher `{result.teacher}`. {GAIN_NOTE}.",
         "",
         "| system | " + " | ".join([*map(metric_header, METRICS), *hard_cols]) + " |",
         "|---|" + "---|" * (len(METRICS) + 2),

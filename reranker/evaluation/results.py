@@ -237,5 +237,8 @@ def paired_differences(
 
 
 def metric_header(metric: str) -> str:
-    """A metric's column header: nDCG columns carry their gain, so no table is read on the wrong scale."""
-    return f"{metric} (gain 2^label − 1)" if metric.startswith("ndcg") else metric
+    """A metric's column header: nDCG columns carry their gain, so no table is read on the wrong scale, and
+    the overlap with the reference is not read as the IR recall of relevant items."""
+    if metric.startswith("ndcg"):
+        return f"{metric} (gain = label)"
+    return metric.replace("recall@", "overlap@")

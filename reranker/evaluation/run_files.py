@@ -18,16 +18,16 @@ part-way), and a system left out of this evaluation keeps its run and cache entr
 hold more queries than qrels.txt, which holds the evaluated slice's; trec_eval and ir_measures score
 the queries of the qrels.
 
-Rank follows the project's ranking rule (score descending, ties by candidate index). trec_eval and the
-tools built on it re-sort by the score column and break ties by docno (descending) instead, so a
-system with tied scores (e.g. `no item`) can score differently there; without ties they agree.
+Rank follows trec_eval's rule (score descending, ties by docno descending), which the project's metrics
+share when given the item ids, so ties (e.g. `no item`'s constant scores) score the same everywhere.
 
-Agreement with the project's metrics (checked in tests/test_trec.py with ir_measures/pytrec_eval):
-* nDCG@10: gain 2^label − 1, discount 1/log2(rank + 1), ideal from the labels of the list. trec_eval
-  takes the ideal from the qrels — here exactly the list's labels — but uses the label itself as the
-  gain: `nDCG(gains={l: 2**l - 1})@10` in ir_measures (the same as plain `nDCG@10` on 0/1 labels).
-* recall@K against the reference: R@K of the system's run against qrels holding the reference run's
-  top K (label 1): |top-K(system) ∩ top-K(reference)| / min(K, N).
+Agreement with the project's metrics (checked in tests/test_trec.py with ir_measures/pytrec_eval, ties
+and graded labels included):
+* nDCG@10: gain the label, discount 1/log2(rank + 1), ideal from the list's labels (trec_eval takes it
+  from the qrels — here exactly the list's labels): ir_measures' `nDCG@10`; with
+  `gain="exponential"`, `nDCG(gains={l: 2**l - 1})@10`.
+* overlap@K with the reference ("recall@K" in results.json): R@K of the system's run against qrels
+  holding the reference run's top K (label 1): |top-K(system) ∩ top-K(reference)| / min(K, N).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def run_lines(tag: str, ranked: Mapping[str, tuple[Sequence[str], Sequence[float
     """Lines of a run: per query id, (candidate docnos, their scores) in candidate order."""
     lines = []
     for qid, (docnos, scores) in ranked.items():
-        for rank, i in enumerate(ranking(scores), start=1):
+        for rank, i in enumerate(ranking(scores, docnos), start=1):
             lines.append(f"{qid} Q0 {docnos[i]} {rank} {float(scores[i])!r} {tag}")
     return lines
 

@@ -1,16 +1,18 @@
 """`gistrank eval`: the fixed evaluation protocol of DESIGN §5.
 
 Reference = the full-context teacher's ranking of the same candidates. For every test query and every
-system (`systems.py`): recall@K (K = 1, 5, 10) of the system's top-K against the teacher's top-K,
-NDCG@10 and accuracy@1 against the labels. Every metric is sliced by item-length quartile (length of
-the query's best-labelled item, in tokens) and by hard-negative queries; each student is compared with
+system (`systems.py`): overlap@K (K = 1, 5, 10; results.json's "recall@K"), the share of the
+teacher's top-K in the system's top-K, and NDCG@10 and accuracy@1 against the labels. Every metric is
+sliced by item-length quartile (length of the query's best-labelled item, in tokens) and by
+hard-negative queries; each student is compared with
 each of its controls query by query (paired differences). Output: results.json, report.md, one PNG
 per metric (`report.write_outputs`), and with `run_dir` one TREC run file per system plus the split's
 qrels (`run_files.py`).
 
-nDCG uses the gain 2^label − 1 on whatever integer scale the set's labels use (0–2 synthetic, 0–1 or
-0–4 TREC); every table that reports it says so. A system that fails (an exception while compressing or
-scoring) is dropped with its error recorded in results.json and report.md; the others' results stand.
+Metrics follow trec_eval: ties broken by item id descending, nDCG's gain the label itself on whatever
+integer scale the set uses (0–2 synthetic, 0–1 or 0–4 TREC); every table that reports nDCG says so.
+A system that fails (an exception while compressing or scoring) is dropped with its error recorded in
+results.json and report.md; the others' results stand.
 Only the reference (teacher) failing ends the evaluation: nothing could be compared without it.
 
 Here: the run itself — scores cached per system key, online timing, failure isolation, each
@@ -46,13 +48,13 @@ from reranker.ranking_metrics import accuracy_at_1, length_quartiles, ndcg_at_k,
 
 
 def query_metrics(
-    scores: Sequence[float], reference: Sequence[float], labels: Sequence[int]
+    scores: Sequence[float], reference: Sequence[float], labels: Sequence[int], doc_ids: Sequence[str]
 ) -> dict[str, float]:
-    """One system's METRICS on one query: recall against the reference's scores, the rest against the
-    labels."""
-    out = {f"recall@{k}": recall_at_k_vs_reference(scores, reference, k) for k in RECALL_KS}
-    out["ndcg@10"] = ndcg_at_k(scores, labels, 10)
-    out["acc@1"] = accuracy_at_1(scores, labels)
+    """One system's METRICS on one query: the overlap with the reference's top K, the rest against the
+    labels; ties broken by `doc_ids` as trec_eval does."""
+    out = {f"recall@{k}": recall_at_k_vs_reference(scores, reference, k, doc_ids) for k in RECALL_KS}
+    out["ndcg@10"] = ndcg_at_k(scores, labels, 10, doc_ids)
+    out["acc@1"] = accuracy_at_1(scores, labels, doc_ids)
     return out
 
 
@@ -141,7 +143,7 @@ def score_queries(
                     seconds, n = timed.get(name, (0.0, 0))
                     timed[name] = (seconds + time.perf_counter() - start, n + len(cand_ids))
                 truth = values if name == "teacher" else truth
-                metrics = query_metrics(values, truth, labels)
+                metrics = query_metrics(values, truth, labels, cand_ids)
             except Exception as exc:  # one system's failure must not discard the others' results
                 if name == "teacher":
                     raise
@@ -263,6 +265,7 @@ def bm25_interpolations(
     if "bm25" not in scored.scores:
         return {}
     labels = {q.query_id: [label for _, label in test.candidates(q.query_id)] for q in test.queries}
+    ids = {q.query_id: [item_id for item_id, _ in test.candidates(q.query_id)] for q in test.queries}
     quartile_of = dict(zip((q.query_id for q in test.queries), quartiles, strict=True))
     hard = {q.query_id: q.hard for q in test.queries}
     truth = scored.scores["teacher"]
@@ -276,7 +279,9 @@ def bm25_interpolations(
         fused_name = f"{name} + bm25"
         values = {q: interpolate(by_query[q], bm25[q], fitted.held_out[q]) for q in by_query}
         records = [
-            QueryRecord(fused_name, q, hard[q], quartile_of[q], query_metrics(values[q], truth[q], labels[q]))
+            QueryRecord(
+                fused_name, q, hard[q], quartile_of[q], query_metrics(values[q], truth[q], labels[q], ids[q])
+            )
             for q in by_query
         ]
         family = "teacher + bm25" if name == "teacher" else f"{facts.family} + bm25"
