@@ -555,26 +555,33 @@ def probe(
 
 @app.command()
 def plan(
-    items: Annotated[int, typer.Option(help="catalog size")],
-    qps: Annotated[float, typer.Option(help="queries per second")],
-    candidates: Annotated[int, typer.Option(help="candidates reranked per query")],
+    items: Annotated[int, typer.Option(min=1, help="catalog size")],
+    qps: Annotated[float, typer.Option(min=0, help="queries per second")],
+    candidates: Annotated[int, typer.Option(min=1, help="candidates reranked per query")],
     model: Annotated[str, typer.Option(help="model reference (alias, folder, REF?settings)")] = DEFAULT_MODEL,
     dtype: Annotated[
         str | None,
         typer.Option(help="blob storage dtype: float32 | bfloat16 | float16 | int8 (default the model's)"),
     ] = None,
-    hit_ratio: Annotated[float, typer.Option(help="share of lookups served from the store")] = 1.0,
-    shard_gib: Annotated[float, typer.Option(help="memory per Redis Cluster master, GiB")] = 64.0,
-    shard_fill: Annotated[float, typer.Option(help="share of that memory given to K/V")] = 0.75,
-    query_tokens: Annotated[int, typer.Option(help="ℓ online tokens per candidate")] = 32,
+    hit_ratio: Annotated[
+        float, typer.Option(min=0, max=1, help="share of lookups served from the store")
+    ] = 1.0,
+    shard_gib: Annotated[float, typer.Option(min=0.001, help="memory per Redis Cluster master, GiB")] = 64.0,
+    shard_fill: Annotated[
+        float, typer.Option(min=0.001, max=1, help="share of that memory given to K/V")
+    ] = 0.75,
+    query_tokens: Annotated[int, typer.Option(min=1, help="ℓ online tokens per candidate")] = 32,
     item_tokens: Annotated[
-        int | None, typer.Option(help="mean item tokens (default the model's cap)")
+        int | None, typer.Option(min=1, help="mean item tokens (default the model's cap)")
     ] = None,
     consumer_items_per_s: Annotated[
-        float | None, typer.Option(help="one consumer's items/s (default: measured here on made-up items)")
+        float | None,
+        typer.Option(min=0.001, help="one consumer's items/s (default: measured here on made-up items)"),
     ] = None,
-    consumers: Annotated[int, typer.Option(help="consumer processes for the backfill")] = 1,
-    window_hours: Annotated[float, typer.Option(help="backfill window to size consumers for")] = 24.0,
+    consumers: Annotated[int, typer.Option(min=1, help="consumer processes for the backfill")] = 1,
+    window_hours: Annotated[
+        float, typer.Option(min=0.001, help="backfill window to size consumers for")
+    ] = 24.0,
 ) -> None:
     """Capacity: K/V bytes per item (the codec's real blob), store size and Redis shards, fetch
     bytes/s, online FLOPs/s, backfill hours and consumers — from the model's own config."""
@@ -754,3 +761,44 @@ def soak(
             console.print(f"{name}: {', '.join(getattr(report, name)[:20])}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+# What a user can get wrong surfaces as these (a value out of range, a file that is not there, a model
+# setting that does not validate); anything else is a bug and keeps its traceback.
+_MISTAKES = (
+    ValueError,
+    OverflowError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    FileExistsError,
+)
+
+
+def main() -> None:
+    """The `gistrank` console script: the commands, with every user mistake as one line and exit 2
+    (GISTRANK_TRACEBACK=1 shows the traceback instead)."""
+    import sys
+
+    from reranker.core.errors import one_line
+
+    try:
+        code = typer.main.get_command(app).main(prog_name="gistrank", standalone_mode=False)
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click): message, exit 2
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except _MISTAKES as exc:
+        if os.environ.get("GISTRANK_TRACEBACK"):
+            raise
+        typer.echo(f"error: {one_line(exc)}", err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -117,11 +117,12 @@ def _load_model(
     """`GistReranker.read`, its refusals as usage errors."""
     from reranker import GistReranker
     from reranker.core.base_models import BaseModelUnavailableError
+    from reranker.core.errors import one_line
 
     try:
         return GistReranker.read(ref, dtype and dtype.value, compressor, num_gist, max_item_tokens)
     except (ValueError, BaseModelUnavailableError) as exc:  # an unknown name or compressor, a k the ...
-        raise typer.BadParameter(str(exc), param_hint="--model") from None
+        raise typer.BadParameter(one_line(exc), param_hint="--model") from None
 
 
 def _open_store(
@@ -311,7 +312,13 @@ catalog_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The 
 @catalog_app.command("load")
 def catalog_load(
     file: Annotated[
-        Path, typer.Argument(help="JSONL: one {item_id, title, attributes, description} per line")
+        Path,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="JSONL: one {item_id, title, attributes, description} per line",
+        ),
     ],
     catalog_url: CatalogUrl = DEFAULT_URL,
 ) -> None:
@@ -353,11 +360,12 @@ def catalog_update(
     from reranker.catalog.publisher import PublishError, publish_events
 
     settings = _settings(bootstrap_servers) if publish_event else None
+    if delete and (title is not None or attr or description is not None):
+        raise typer.BadParameter("--delete takes no --title, --attr or --description")
+    edits = _parse_attrs(attr or [])  # checked before the catalog is opened (or created)
     with Catalog(catalog_url) as catalog:
         try:
             if delete:
-                if title is not None or attr or description is not None:
-                    raise typer.BadParameter("--delete takes no --title, --attr or --description")
                 event = catalog.delete(item_id)
             else:
                 attributes = None
@@ -365,7 +373,7 @@ def catalog_update(
                     # --attr edits the stored attributes; the catalog replaces them whole, so merge here.
                     current = catalog.get([item_id]).get(item_id)
                     attributes = dict(current.attributes) if current is not None else {}
-                    for key, value in _parse_attrs(attr).items():
+                    for key, value in edits.items():
                         if value:
                             attributes[key] = value
                         else:

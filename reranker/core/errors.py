@@ -11,6 +11,18 @@ class GistRankError(ValueError):
     """Base class for errors caused by the caller's input."""
 
 
+def one_line(exc: BaseException) -> str:
+    """An error as one line for a user: pydantic's multi-line report (with its docs links) becomes
+    "field: message (got value)", joined by "; "; other messages have their whitespace collapsed."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and type(exc).__name__ == "ValidationError":
+        return "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']} (got {e.get('input')!r})"
+            for e in errors()
+        )
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class EmptyInputError(GistRankError):
     """An empty query, an empty item text, or an empty candidate list."""
 

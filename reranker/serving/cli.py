@@ -14,9 +14,22 @@ from typing import Annotated
 import typer
 
 from reranker.catalog.database import DEFAULT_URL
-from reranker.core.checkpoints import DEFAULT_MODEL, model_spec
+from reranker.core.checkpoints import DEFAULT_MODEL, model_spec, split_spec
 
 Port = Annotated[int, typer.Option(help="0 = pick a free port")]
+
+
+def _check_settings(spec: str) -> None:
+    """The reading settings of `spec` validated here, before tritonserver starts and loads the model."""
+    from pydantic import ValidationError
+
+    from reranker.core.config import GistConfig
+    from reranker.core.errors import one_line
+
+    try:
+        GistConfig.model_validate(split_spec(spec)[1])
+    except (ValidationError, ValueError) as exc:
+        raise typer.BadParameter(one_line(exc), param_hint="--model / --compressor / --num-gist") from None
 
 
 def serve(
@@ -90,6 +103,7 @@ def serve(
     from reranker.serving.server import ServerError, ServerSettings, TritonServer
 
     spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    _check_settings(spec)
     server = TritonServer(
         ServerSettings(
             model_path=spec,

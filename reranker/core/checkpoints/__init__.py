@@ -80,7 +80,11 @@ def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
 
 
 def _settings(spec: str | Path, query: str) -> dict[str, str]:
-    settings = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+    pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    twice = sorted({name for name, _ in pairs if [n for n, _ in pairs].count(name) > 1})
+    if twice:
+        raise ValueError(f"{spec}: {twice} set more than once; give each setting once")
+    settings = dict(pairs)
     unknown = sorted(set(settings) - set(SPEC_SETTINGS))
     if unknown:
         raise ValueError(

@@ -1,0 +1,56 @@
+"""Bad input to the `gistrank` console script (its `main`, as a user runs it): each mistake is one error
+line naming the value and what was expected, exit 2, no traceback, no service asked (Kafka points at a
+closed port, the Hub is off), nothing written (the state folder and the working folder stay empty)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.usage
+
+MODEL = "gistrank-base-ql-prefix64"
+BAD = [  # (arguments, what the error line must say)
+    (["plan", "--items", "0", "--qps", "10", "--candidates", "10"], "'--items': Input should be greater"),
+    (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--consumer-items-per-s", "-1"], "0.001"),
+    (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--hit-ratio", "2"], "'--hit-ratio'"),
+    (["catalog", "load", "missing.jsonl"], "'missing.jsonl' does not exist"),
+    (["consume", "--model", "gistrank-bse-ql"], "not a known name or a local folder"),
+    (["rollout", "status", "--model", f"{MODEL}?compressor=bogus"], "unknown compressor 'bogus'"),
+    (["rollout", "status", "--model", f"{MODEL}?num_gist=-1"], "num_gist: Input should be greater"),
+    (["rollout", "status", "--model", f"{MODEL}?num_gist=8&num_gist=16"], "set more than once"),
+    (["rollout", "gc", "--unused-for", "-1"], "'--unused-for'"),
+    (["serve", "--compressor", "bogus"], "unknown compressor 'bogus'"),
+    (["serve", "--num-gist", "-1"], "num_gist: Input should be greater"),
+    (["dlq", "replay", "--reason", "bogus"], "unknown reason ['bogus']"),
+    (["soak", "--events", "0"], "'--events'"),
+    (["catalog", "update", "x", "--title", "t", "--attr", "noequals"], "--attr 'noequals' is not key=value"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), BAD, ids=[" ".join(a)[:60] for a, _ in BAD])
+def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GISTRANK_", "HF_HUB_OFFLINE"))}
+    env |= {"GISTRANK_HOME": str(home), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    result = subprocess.run(
+        [sys.executable, "-c", "from reranker.cli import main; main()", *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
+    assert result.returncode == 2, result.stderr
+    assert len(errors) == 1 and says in errors[0], result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "Kafka" not in result.stderr  # checked before any broker was asked
+    assert not home.exists() and not any(work.iterdir())  # nothing written
