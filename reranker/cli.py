@@ -637,8 +637,17 @@ def evaluate(
     data: Data = "synthetic",
     seed: int = 0,
     products: int = 200,
-    max_item_tokens: int = 512,
-    split: str = "test",
+    max_item_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="item length of the synthetic set (default 512); a --data set's items are read as far as "
+            "each model reads (REF?max_item_tokens=N)",
+        ),
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option(help="split to evaluate (default: test, or dev where there is no test)")
+    ] = None,
     prefix_k: Annotated[
         list[int] | None, typer.Option(help="k' of the prefix-caching baselines (t + k' tokens; repeatable)")
     ] = None,
@@ -665,7 +674,18 @@ def evaluate(
 
     if not student and not full_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
-    relevance = _load_data(data, seed, products, max_item_tokens)
+    if data != "synthetic" and max_item_tokens is not None:
+        raise typer.BadParameter(
+            "shapes the synthetic set only; read a --data set's items to N tokens with REF?max_item_tokens=N",
+            param_hint="--max-item-tokens",
+        )
+    relevance = _load_data(data, seed, products, max_item_tokens or 512)
+    present = sorted({query.split for query in relevance.queries})
+    split = split or ("test" if "test" in present else "dev")
+    if split not in present:
+        raise typer.BadParameter(
+            f"{split!r} has no queries in this set; it has {present}", param_hint="--split"
+        )
     result = run_eval(
         relevance,
         teacher,

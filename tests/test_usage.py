@@ -29,6 +29,10 @@ BAD = [  # (arguments, what the error line must say)
     (["dlq", "replay", "--reason", "bogus"], "unknown reason ['bogus']"),
     (["soak", "--events", "0"], "'--events'"),
     (["catalog", "update", "x", "--title", "t", "--attr", "noequals"], "--attr 'noequals' is not key=value"),
+    (
+        ["eval", "--teacher", "t", "--student", "s", "--data", "d.jsonl", "--max-item-tokens", "9"],
+        "synthetic",
+    ),
 ]
 
 
