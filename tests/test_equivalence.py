@@ -101,6 +101,20 @@ def test_rank_orders_candidates_by_score(tiny_model: GistReranker) -> None:
         tiny_model.rank(QUERY, [])
 
 
+def test_predict_scores_query_item_pairs_in_input_order(tiny_model: GistReranker) -> None:
+    """CrossEncoder-style pairs, two queries interleaved and an item repeated: each pair's score is the
+    online score of its query over its item's stored K/V."""
+    other = "steel kettle"
+    pairs = [(QUERY, ITEMS[0]), (other, ITEMS[1]), (QUERY, ITEMS[2]), (other, ITEMS[0]), (QUERY, ITEMS[0])]
+    got = tiny_model.predict(pairs)
+    kvs = dict(zip(ITEMS, tiny_model.compress(ITEMS), strict=True))
+    expected = [tiny_model.score(q, [kvs[text]]).item() for q, text in pairs]
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert got[0] == got[4]  # the same pair, the same score
+    with pytest.raises(EmptyInputError):
+        tiny_model.predict([])
+
+
 def test_reconfiguring_keeps_trained_gists_only_for_the_same_layout(tiny_model: GistReranker) -> None:
     longer = tiny_model.gist.model_copy(update={"max_item_tokens": 512})
     same = tiny_model.with_gist_config(longer, keep_gists=True)

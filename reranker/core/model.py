@@ -468,6 +468,24 @@ class GistReranker(GistWeights):
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
         return [(i, scores[i]) for i in order[:top_k]]
 
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 16) -> list[float]:
+        """CrossEncoder-style: one score per (query, item text) pair, in input order, read as the system
+        reads it — each distinct item compressed once, each query scored over its items' stored K/V."""
+        if not pairs:
+            raise EmptyInputError("no (query, item) pairs given")
+        texts = list(dict.fromkeys(text for _, text in pairs))
+        kv_of = dict(zip(texts, self.compress(texts, batch_size), strict=True))
+        rows: dict[str, list[int]] = {}
+        for i, (query, _) in enumerate(pairs):
+            rows.setdefault(query, []).append(i)
+        out = [0.0] * len(pairs)
+        for query, at in rows.items():
+            for i, value in zip(
+                at, self.score(query, [kv_of[pairs[i][1]] for i in at]).tolist(), strict=True
+            ):
+                out[i] = value
+        return out
+
     @torch.inference_mode()
     def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor:
         """Online path: ONE forward of the query (+ score token) for all N candidates against their
