@@ -235,6 +235,11 @@ def test_version_and_short_help_on_every_command_readable_in_a_pipe() -> None:
         result = runner.invoke(app, command, prog_name="gistrank")
         assert result.exit_code == 0 and result.output.startswith("Usage: gistrank"), (command, result.output)
         assert not set("╭│╰─") & set(result.output), result.output  # no boxes for a pipe to wrap
+    # one name per concept: serve takes the names consume and demo use (its older ones still work)
+    serve, consume = (runner.invoke(app, [c, "-h"]).output for c in ("serve", "consume"))
+    for name in ("--online", "--bootstrap-servers"):
+        assert name in serve and name in consume
+    assert "--shadow-model" in serve and "--shadow-model" in runner.invoke(app, ["demo", "-h"]).output
 
 
 def test_a_misspelled_model_name_is_one_line_naming_the_known_ones_and_no_service_is_asked(

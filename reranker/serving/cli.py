@@ -50,15 +50,19 @@ def serve(
     full_model: Annotated[
         str | None,
         typer.Option(
+            "--shadow-model",
+            "--full-model",
             help="shadow's full-context model; default the shipped teacher for a shipped student, "
-            "else --model's own full-context forward"
+            "else --model's own full-context forward",
         ),
     ] = None,
-    feast_online: Annotated[str, typer.Option(help="sqlite | redis | none")] = "sqlite",
+    feast_online: Annotated[
+        str, typer.Option("--online", "--feast-online", help="online store: sqlite | redis | none")
+    ] = "sqlite",
     feast_dir: Annotated[
         str, typer.Option(help="Feast data dir; default $GISTRANK_FEAST_DIR or $GISTRANK_HOME/feast")
     ] = "",
-    redis_url: Annotated[str, typer.Option(help="for --feast-online redis")] = "",
+    redis_url: Annotated[str, typer.Option(help="for --online redis")] = "",
     feast_config: Annotated[
         str,
         typer.Option(
@@ -77,8 +81,10 @@ def serve(
     kafka_bootstrap_servers: Annotated[
         str,
         typer.Option(
+            "--bootstrap-servers",
+            "--kafka-bootstrap-servers",
             help="broker to hand recomputed items to as refresh requests for the consumer group (topic "
-            "and security from GISTRANK_KAFKA_*); default none: a recompute stays in this server's cache"
+            "and security from GISTRANK_KAFKA_*); default none: a recompute stays in this server's cache",
         ),
     ] = "",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
