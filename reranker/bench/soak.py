@@ -32,13 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kafka import KafkaAdminClient, KafkaConsumer
-from kafka.structs import TopicPartition
-
 from localservices.kafka_broker import KafkaBroker
 from reranker.catalog.database import Catalog
 from reranker.catalog.events import ChangeEvent
-from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
+from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics, group_progress, records_in
 from reranker.catalog.publisher import EventPublisher, PublishError
 from reranker.store import GistStore
 
@@ -188,7 +185,7 @@ def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = pri
             stop_reading.set()
             reader.join(timeout=30)
             _compare(catalog, store, report)
-        report.dead_letters = _count(settings, settings.dlq_topic)
+        report.dead_letters = records_in(settings, settings.dlq_topic)
     finally:
         stop_reading.set()
         consumers.stop()
@@ -322,34 +319,14 @@ def _serve_reads(
 
 def _drain(settings: KafkaSettings, group: str, consumers: _Consumers, timeout_s: float) -> None:
     """Wait until `group` has committed every record of the change topic, reviving crashed consumers."""
-    admin = KafkaAdminClient(**settings.admin_kwargs())
-    reader = KafkaConsumer(**settings.client_kwargs())
-    try:
-        partitions = [TopicPartition(settings.topic, p) for p in reader.partitions_for_topic(settings.topic)]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            consumers.revive()
-            end = reader.end_offsets(partitions)
-            try:
-                committed = admin.list_group_offsets({group: None})[group]
-            except Exception:  # the coordinator moves after a broker restart: ask again
-                committed = {}
-            if all(tp in committed and committed[tp].offset >= end[tp] for tp in partitions):
-                return
-            time.sleep(1.0)
-        raise TimeoutError(f"the consumers did not commit every record within {timeout_s:.0f} s")
-    finally:
-        admin.close()
-        reader.close()
-
-
-def _count(settings: KafkaSettings, topic: str) -> int:
-    reader = KafkaConsumer(**settings.client_kwargs())
-    try:
-        partitions = [TopicPartition(topic, p) for p in reader.partitions_for_topic(topic) or ()]
-        return sum(reader.end_offsets(partitions).values()) if partitions else 0
-    finally:
-        reader.close()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        consumers.revive()
+        committed, end = group_progress(settings, group)
+        if committed >= end:
+            return
+        time.sleep(1.0)
+    raise TimeoutError(f"the consumers did not commit every record within {timeout_s:.0f} s")
 
 
 def _compare(catalog: Catalog, store: GistStore, report: SoakReport) -> None:

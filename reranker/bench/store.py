@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import redis
-from kafka.errors import KafkaError
 from prometheus_client import REGISTRY
 from rich.console import Console
 from rich.table import Table
@@ -30,7 +29,7 @@ from tqdm.auto import tqdm
 from localservices.kafka_broker import KafkaBroker
 from localservices.redis_server import RedisServer
 from reranker.catalog.database import Catalog
-from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
+from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics, group_progress
 from reranker.catalog.publisher import publish_events
 from reranker.core.config import GistConfig, resolve_dtype
 from reranker.core.kv_codec import STORAGE_DTYPES, encode, kv_nbytes_formula
@@ -108,25 +107,6 @@ def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batc
     }
 
 
-def _group_progress(settings: KafkaSettings) -> tuple[int, int]:
-    """(records committed by the group, records in the change topic)."""
-    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-
-    admin = KafkaAdminClient(**settings.admin_kwargs())
-    reader = KafkaConsumer(**settings.client_kwargs())
-    try:
-        parts = [TopicPartition(settings.topic, p) for p in reader.partitions_for_topic(settings.topic) or ()]
-        end = sum(reader.end_offsets(parts).values())
-        try:
-            offsets = admin.list_group_offsets({settings.group_id: None})[settings.group_id]
-        except KafkaError:  # no coordinator / nothing committed yet
-            return 0, end
-        return sum(meta.offset for meta in offsets.values() if meta.offset >= 0), end
-    finally:
-        admin.close()
-        reader.close()
-
-
 def _consumer_scaling(
     model: GistReranker, workdir: Path, n_items: int, batch: int, processes: tuple[int, ...] = (1, 2)
 ) -> dict:
@@ -173,7 +153,7 @@ def _consumer_scaling(
                     for i in warmups
                 ]
                 publish_events(settings, warm)
-                _wait_for(lambda s=settings: _group_progress(s)[0] >= len(warmups), procs)
+                _wait_for(lambda s=settings: group_progress(s, s.group_id)[0] >= len(warmups), procs)
                 events = [
                     catalog.upsert(f"{i.item_id}-{count}", i.title, dict(i.attributes), i.description)
                     for i in items
@@ -183,7 +163,7 @@ def _consumer_scaling(
                 with tqdm(total=n_items, desc=f"{count} consumer process(es)", unit="item") as bar:
 
                     def drained(s: KafkaSettings = settings) -> bool:
-                        done, end = _group_progress(s)
+                        done, end = group_progress(s, s.group_id)
                         bar.n = max(0, done - len(warmups))
                         bar.refresh()
                         return done >= end

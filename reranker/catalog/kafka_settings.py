@@ -182,3 +182,33 @@ def ensure_topics(settings: KafkaSettings, partitions: int = 3, timeout_s: float
         admin.wait_for_topics(list(wanted), timeout_ms=int(timeout_s * 1000))
     finally:
         admin.close()
+
+
+def records_in(settings: KafkaSettings, topic: str) -> int:
+    """Records ever written to `topic` (its end offsets, summed over partitions; 0 if it does not exist)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    reader = KafkaConsumer(**settings.client_kwargs())
+    try:
+        parts = [TopicPartition(topic, p) for p in reader.partitions_for_topic(topic) or ()]
+        return sum(reader.end_offsets(parts).values()) if parts else 0
+    finally:
+        reader.close()
+
+
+def group_progress(settings: KafkaSettings, group_id: str) -> tuple[int, int]:
+    """(records `group_id` has committed, records ever written) on the change topic: the group has caught
+    up when they are equal. Nothing committed yet (or the coordinator still moving after a broker
+    restart) counts as 0."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    end = records_in(settings, settings.topic)
+    admin = KafkaAdminClient(**settings.admin_kwargs())
+    try:
+        offsets = admin.list_group_offsets({group_id: None})[group_id]
+    except KafkaError:
+        return 0, end
+    finally:
+        admin.close()
+    return sum(meta.offset for meta in offsets.values() if meta.offset >= 0), end
