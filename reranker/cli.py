@@ -16,8 +16,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
 from reranker.core.home import home
+from reranker.ranking_metrics import GAIN_FORMULA
 from reranker.serving.cli import rerank, serve
 from streaming.cli import (
+    StorageDType,
     catalog_app,
     consume,
     dlq_app,
@@ -28,6 +30,7 @@ from streaming.cli import (
 )
 
 HOME = home()  # $GISTRANK_HOME: the state folder (reranker/core/home.py)
+RUNS = HOME / "runs"  # default output of benches, evals, plots
 
 # plain help (no boxes that a pipe wraps into noise), -h beside --help, in every subcommand
 app = typer.Typer(
@@ -67,18 +70,25 @@ for command in (publish, consume, materialize, serve, rerank):
     app.command()(command)
 app.command("kafka-acls")(kafka_acls)
 
-Base = Annotated[str, typer.Option(help="base alias, local HF folder, or GistRank checkpoint folder")]
+# One name per concept across commands: --model is the model read (serve, consume, plan, rollout use it too);
+# --base stays as the former name of train's and the benches'.
+Model = Annotated[
+    str,
+    typer.Option("--model", "--base", help="model: preset, base alias, local HF folder or checkpoint"),
+]
 NumGist = Annotated[int, typer.Option(help="k gist tokens per item")]
 DType = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 (auto: bf16 only where fast)")]
 
 
 @app.command()
 def demo(
-    base: Annotated[
+    model: Annotated[
         str,
         typer.Option(
+            "--model",
+            "--base",
             help="model: a preset (the default reads the untouched base by query likelihood with prefix "
-            "caching at 64), a shipped checkpoint alias or folder (trained), or a base to wrap untrained"
+            "caching at 64), a shipped checkpoint alias or folder (trained), or a base to wrap untrained",
         ),
     ] = DEFAULT_MODEL,
     num_gist: Annotated[
@@ -115,23 +125,23 @@ def demo(
     if core:
         from reranker.demo.core import run_core_demo
 
-        run_core_demo(base, num_gist, dtype, compressor=compressor, max_item_tokens=max_item_tokens)
+        run_core_demo(model, num_gist, dtype, compressor=compressor, max_item_tokens=max_item_tokens)
         return
     from reranker.demo.pipeline import run_pipeline_demo
 
-    run_pipeline_demo(base, workdir, num_gist, dtype, queries, max_item_tokens, shadow_model, compressor)
+    run_pipeline_demo(model, workdir, num_gist, dtype, queries, max_item_tokens, shadow_model, compressor)
 
 
 @app.command()
 def bench(
-    base: Base = DEFAULT_BASE,
+    model: Model = DEFAULT_BASE,
     candidates: Annotated[int, typer.Option(help="N candidates per query")] = 50,
     query_tokens: Annotated[int, typer.Option(help="ℓ online tokens per candidate (query + score)")] = 32,
     item_tokens: Annotated[list[int] | None, typer.Option(help="j values to sweep (repeatable)")] = None,
     num_gist: NumGist = 8,
     dtype: DType = "auto",
     repeats: Annotated[int, typer.Option(help="timed runs of the gist path after a warm-up")] = 5,
-    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_score.json"),
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_score.json",
     compressor: Annotated[
         str,
         typer.Option(
@@ -144,12 +154,12 @@ def bench(
     from reranker.bench.score import run_score_bench
 
     js = item_tokens or [256, 512, 1024]
-    run_score_bench(base, candidates, query_tokens, js, num_gist, dtype, repeats, out, compressor)
+    run_score_bench(model, candidates, query_tokens, js, num_gist, dtype, repeats, out, compressor)
 
 
 @app.command(name="bench-packing")
 def bench_packing(
-    base: Base = DEFAULT_BASE,
+    model: Model = DEFAULT_BASE,
     items: Annotated[int, typer.Option(help="synthetic items, one row each")] = 8,
     queries_per_item: Annotated[list[int] | None, typer.Option(help="m values to sweep (repeatable)")] = None,
     num_gist: NumGist = 8,
@@ -157,37 +167,37 @@ def bench_packing(
     lora_rank: Annotated[int, typer.Option(help="LoRA adapters as in the quality recipe (0: full body)")] = 8,
     dtype: DType = "auto",
     repeats: Annotated[int, typer.Option(min=1, help="timed forward + backward runs per setting")] = 1,
-    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_packing.json"),
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_packing.json",
 ) -> None:
     """Training pairs/s with queries packed m per item row vs one row per pair, next to the ideal."""
     from reranker.bench.packing import run_packing_bench
 
     ms = queries_per_item or [1, 2, 4, 8]
-    run_packing_bench(base, items, ms, num_gist, max_item_tokens, lora_rank, dtype, repeats, out)
+    run_packing_bench(model, items, ms, num_gist, max_item_tokens, lora_rank, dtype, repeats, out)
 
 
 @app.command(name="bench-store")
 def bench_store(
-    base: Base = DEFAULT_BASE,
+    model: Model = DEFAULT_BASE,
     num_gist: NumGist = 8,
     dtype: DType = "auto",
     consumer_items: Annotated[int, typer.Option(help="items through Kafka → consumer → Feast")] = 64,
     read_ids: Annotated[int, typer.Option(help="ids per online read")] = 50,
     read_repeats: Annotated[int, typer.Option(help="timed reads per store")] = 30,
     workdir: Annotated[Path, typer.Option(help="broker, stores, catalog")] = HOME / "bench-store",
-    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_store.json"),
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_store.json",
 ) -> None:
     """Consumer items/s vs raw compress; Feast read latency (SQLite, Redis) vs raw Redis; blob bytes."""
     from reranker.bench.store import run_store_bench
 
     run_store_bench(
-        base, out, workdir, num_gist, dtype, consumer_items, read_ids=read_ids, read_repeats=read_repeats
+        model, out, workdir, num_gist, dtype, consumer_items, read_ids=read_ids, read_repeats=read_repeats
     )
 
 
 @app.command(name="bench-training")
 def bench_training(
-    base: Base = DEFAULT_BASE,
+    model: Model = DEFAULT_BASE,
     num_gist: NumGist = 16,
     item_tokens: Annotated[int, typer.Option(help="j: tokens per synthetic item")] = 1024,
     lists: Annotated[int, typer.Option(help="candidate lists per step")] = 2,
@@ -200,14 +210,14 @@ def bench_training(
     dtype: DType = "auto",
     steps: Annotated[int, typer.Option(min=1, help="timed steps per recipe, after one warm-up step")] = 2,
     workdir: Annotated[Path, typer.Option(help="the two runs' folders")] = HOME / "bench-training",
-    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_training.json"),
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_training.json",
 ) -> None:
     """Gist training pairs per CPU-second: back-propagating through every item position (LoRA body)
     vs gists over a frozen reader's cached item K/V, same lists, side by side."""
     from reranker.bench.training import run_training_bench
 
     run_training_bench(
-        base,
+        model,
         num_gist,
         item_tokens,
         lists,
@@ -224,7 +234,7 @@ def bench_training(
 
 @app.command(name="bench-serving")
 def bench_serving(
-    base: Base = DEFAULT_BASE,
+    model: Model = DEFAULT_BASE,
     candidates: Annotated[int, typer.Option(help="item ids per request")] = 50,
     requests: Annotated[int, typer.Option(help="hit-path requests per protocol")] = 8,
     feast_requests: Annotated[int, typer.Option(help="Feast-path requests per protocol")] = 4,
@@ -234,14 +244,14 @@ def bench_serving(
     instances: Annotated[int, typer.Option(min=1, help="gist_reranker model instances")] = 1,
     saturate_s: Annotated[float, typer.Option(help="seconds of the saturated-throughput phase")] = 60.0,
     dtype: DType = "auto",
-    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = Path("runs/bench_serving.json"),
+    out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_serving.json",
 ) -> None:
     """End-to-end latency over HTTP and gRPC (hit / Feast / recompute paths) vs in-process score(), and
     saturated throughput (candidates/s) through Triton vs in-process score()."""
     from reranker.bench.serving import run_serving_bench
 
     run_serving_bench(
-        base,
+        model,
         out,
         candidates,
         requests,
@@ -357,9 +367,11 @@ def data_import_file(
 
 @app.command()
 def train(
-    out: Annotated[Path, typer.Option(help="run folder: checkpoint/, curve.jsonl, trainer state")],
+    out: Annotated[
+        Path, typer.Option(file_okay=False, help="run folder: checkpoint/, curve.jsonl, trainer state")
+    ],
     role: Annotated[str, typer.Option(help="teacher | student")] = "student",
-    base: Base = DEFAULT_BASE,
+    model: Model = DEFAULT_BASE,
     data: Data = "synthetic",
     seed: int = 0,
     products: Annotated[int, typer.Option(help="synthetic catalog size (product families)")] = 200,
@@ -380,7 +392,9 @@ def train(
         ),
     ] = None,
     dtype: DType = "auto",
-    config: Annotated[Path | None, typer.Option(help="JSON file of further TrainConfig fields")] = None,
+    config: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="JSON file of further TrainConfig fields")
+    ] = None,
     resume: Annotated[bool, typer.Option(help="continue the run saved in --out")] = False,
     steps: Annotated[
         int | None, typer.Option(min=1, help="total steps (over the config's; with --resume: extend the run)")
@@ -410,7 +424,7 @@ def train(
                 dtype=resolve_dtype(dtype),
                 **({"query_template": query_template} if query_template else template_for(score_rule)),
             )
-            cfg = TrainConfig(**({"role": role, "base": base, "gist": gist, "seed": seed} | extra))
+            cfg = TrainConfig(**({"role": role, "base": model, "gist": gist, "seed": seed} | extra))
         except ValidationError as err:  # a bad option or --config field: say which, no traceback
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
             raise typer.BadParameter(problems) from err
@@ -422,7 +436,9 @@ def train(
 
 @app.command(name="train-gists")
 def train_gists(
-    out: Annotated[Path, typer.Option(help="run folder: checkpoint/, curve.jsonl, config.json")],
+    out: Annotated[
+        Path, typer.Option(file_okay=False, help="run folder: checkpoint/, curve.jsonl, config.json")
+    ],
     reader: Annotated[
         str,
         typer.Option(
@@ -443,13 +459,17 @@ def train_gists(
     max_queries: Annotated[
         int | None, typer.Option(min=1, help="the first N train queries only (a slice sized to the CPU)")
     ] = None,
-    minutes: Annotated[float | None, typer.Option(help="stop after this much wall time")] = None,
+    minutes: Annotated[float | None, typer.Option(min=0, help="stop after this much wall time")] = None,
     init_from: Annotated[
         str | None, typer.Option(help="continue from this gist checkpoint (same reader, k, t and rank)")
     ] = None,
-    config: Annotated[Path | None, typer.Option(help="JSON file of further FrozenGistConfig fields")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="JSON file of further FrozenGistConfig fields"),
+    ] = None,
     cache_dir: Annotated[
-        Path | None, typer.Option(help="keep the reader's item K/V here (codec blobs) instead of in RAM")
+        Path | None,
+        typer.Option(file_okay=False, help="keep the reader's item K/V here (codec blobs) instead of in RAM"),
     ] = None,
     memory_items: Annotated[
         int, typer.Option(min=1, help="item K/V units held in memory (~16 MB each at 1024 bf16 tokens)")
@@ -494,7 +514,7 @@ def train_gists(
 @app.command()
 def curves(
     runs: Annotated[list[str], typer.Argument(help="LABEL=RUN_DIR per training run (split at the last '=')")],
-    out: Annotated[Path, typer.Option(help="PNG to write")] = Path("runs/curves.png"),
+    out: Annotated[Path, typer.Option(help="PNG to write")] = RUNS / "curves.png",
     smooth: Annotated[int, typer.Option(help="running-mean window in steps")] = 5,
     key: Annotated[
         list[str] | None, typer.Option(help="curve.jsonl field, one panel each (repeatable)")
@@ -520,7 +540,7 @@ def curves(
 def probe(
     teacher: Annotated[Path, typer.Option(help="teacher checkpoint (reads the whole item)")],
     student: Annotated[Path, typer.Option(help="student checkpoint (reads its stored positions)")],
-    out: Annotated[Path, typer.Option(help="JSON to write")] = Path("runs/probe.json"),
+    out: Annotated[Path, typer.Option(help="JSON to write")] = RUNS / "probe.json",
     data: Data = "synthetic",
     seed: int = 0,
     products: int = 200,
@@ -559,10 +579,7 @@ def plan(
     qps: Annotated[float, typer.Option(min=0, help="queries per second")],
     candidates: Annotated[int, typer.Option(min=1, help="candidates reranked per query")],
     model: Annotated[str, typer.Option(help="model reference (alias, folder, REF?settings)")] = DEFAULT_MODEL,
-    dtype: Annotated[
-        str | None,
-        typer.Option(help="blob storage dtype: float32 | bfloat16 | float16 | int8 (default the model's)"),
-    ] = None,
+    storage_dtype: StorageDType = None,
     hit_ratio: Annotated[
         float, typer.Option(min=0, max=1, help="share of lookups served from the store")
     ] = 1.0,
@@ -593,6 +610,7 @@ def plan(
     from reranker.serving.capacity import plan as make_plan
 
     reader = GistReranker.from_pretrained(model)
+    dtype = storage_dtype.value if storage_dtype else None
     if consumer_items_per_s is None:
         consumer_items_per_s = measure_items_per_s(reader, item_tokens or reader.gist.max_item_tokens)
     result = make_plan(
@@ -627,13 +645,15 @@ def evaluate(
     student: Annotated[
         list[Path] | None, typer.Option(help="student checkpoint; repeat for the k sweep or to compare runs")
     ] = None,
-    full_model: Annotated[
+    shadow_model: Annotated[
         list[str] | None,
         typer.Option(
-            help="another full-context model scored against the teacher (a shadow candidate; repeatable)"
+            "--shadow-model",
+            "--full-model",
+            help="another full-context model scored against the teacher (a shadow candidate; repeatable)",
         ),
     ] = None,
-    out: Annotated[Path, typer.Option(help="report folder")] = Path("runs/eval"),
+    out: Annotated[Path, typer.Option(file_okay=False, help="report folder")] = RUNS / "eval",
     data: Data = "synthetic",
     seed: int = 0,
     products: int = 200,
@@ -660,20 +680,27 @@ def evaluate(
     ] = False,
     run_dir: Annotated[
         Path | None,
-        typer.Option(help="also write one TREC run file per system and the split's qrels here"),
+        typer.Option(
+            file_okay=False, help="also write one TREC run file per system and the split's qrels here"
+        ),
     ] = None,
     max_queries: Annotated[
         int | None, typer.Option(min=1, help="only the split's first N queries (a slice sized to the CPU)")
     ] = None,
+    gain: Annotated[
+        str, typer.Option(help="nDCG gain: linear (the label, trec_eval's) | exponential (2^label − 1)")
+    ] = "linear",
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG.
 
-    --teacher / --student / --full-model take model references with reading settings, e.g.
+    --teacher / --student / --shadow-model take model references with reading settings, e.g.
     `gistrank-teacher-lora?compressor=select&num_gist=64&max_item_tokens=1024` (README, core API)."""
     from reranker.evaluation.runner import evaluate as run_eval
 
-    if not student and not full_model:
-        raise typer.BadParameter("nothing to evaluate: give --student and/or --full-model")
+    if not student and not shadow_model:
+        raise typer.BadParameter("nothing to evaluate: give --student and/or --shadow-model")
+    if gain not in GAIN_FORMULA:
+        raise typer.BadParameter(f"{gain!r} is not one of {sorted(GAIN_FORMULA)}", param_hint="--gain")
     if data != "synthetic" and max_item_tokens is not None:
         raise typer.BadParameter(
             "shapes the synthetic set only; read a --data set's items to N tokens with REF?max_item_tokens=N",
@@ -693,10 +720,11 @@ def evaluate(
         out,
         split=split,
         prefix_ks=prefix_k or (4, 8, 16),
-        full_paths=full_model or [],
+        full_paths=shadow_model or [],
         control_base=control_base,
         run_dir=run_dir,
         max_queries=max_queries,
+        gain=gain,  # type: ignore[arg-type]  # checked against GAIN_FORMULA above
     )
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot
@@ -707,7 +735,7 @@ def evaluate(
 @app.command(name="eval-merge")
 def eval_merge(
     runs: Annotated[list[Path], typer.Argument(help="eval folders (each with results.json), same queries")],
-    out: Annotated[Path, typer.Option(help="report folder")] = Path("runs/eval-merged"),
+    out: Annotated[Path, typer.Option(file_okay=False, help="report folder")] = RUNS / "eval-merged",
 ) -> None:
     """Join evaluations of different students on the same teacher and queries (one per trained k) into
     one results.json, report.md and set of plots."""

@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 
 Gain = Literal["linear", "exponential"]
+GAIN_FORMULA: dict[str, str] = {"linear": "label", "exponential": "2^label − 1"}
 
 
 def ranking(scores: Sequence[float], doc_ids: Sequence[str] | None = None) -> list[int]:

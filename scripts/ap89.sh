@@ -20,11 +20,11 @@ BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQue
 # the shipped LoRA teacher (trained on the synthetic catalog); SHIPPED_TEACHER= leaves it out
 SHIPPED_TEACHER=${SHIPPED_TEACHER-gistrank-teacher-lora}
 FULL=()
-[ -n "$SHIPPED_TEACHER" ] && FULL+=(--full-model "$SHIPPED_TEACHER?max_item_tokens=1024")
+[ -n "$SHIPPED_TEACHER" ] && FULL+=(--shadow-model "$SHIPPED_TEACHER?max_item_tokens=1024")
 # the LoRA teacher trained on the AP89 training topics (configs/ap89_teacher_lora.json, README), when
 # its run has finished; AP89_TEACHER= leaves it out
 AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
-[ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--full-model "$AP89_TEACHER?max_item_tokens=1024")
+[ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--shadow-model "$AP89_TEACHER?max_item_tokens=1024")
 
 import() {  # candidate spec, set folder
   [ -d "$2" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \

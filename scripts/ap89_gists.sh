@@ -38,7 +38,7 @@ for k in $KS; do
       "$GISTRANK" train --resume --out "$run" --data data/ap89-judged --steps "$STEPS"
     fi
   else
-    "$GISTRANK" train --role student --base smollm2-135m-instruct --score-rule query_likelihood \
+    "$GISTRANK" train --role student --model smollm2-135m-instruct --score-rule query_likelihood \
       --num-gist "$k" --max-item-tokens 1024 --config configs/ap89_gists_ae.json --steps "$STEPS" \
       --data data/ap89-judged --out "$run"
   fi
@@ -55,9 +55,9 @@ done
 BASE_QL="smollm2-135m-instruct?score_rule=query_likelihood&query_template=%0AQuery%3A+%7Bquery%7D&max_item_tokens=1024"
 SHIPPED_TEACHER=${SHIPPED_TEACHER-}
 FULL=()
-[ -n "$SHIPPED_TEACHER" ] && FULL+=(--full-model "$SHIPPED_TEACHER?max_item_tokens=1024")
+[ -n "$SHIPPED_TEACHER" ] && FULL+=(--shadow-model "$SHIPPED_TEACHER?max_item_tokens=1024")
 AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
-[ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--full-model "$AP89_TEACHER?max_item_tokens=1024")
+[ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--shadow-model "$AP89_TEACHER?max_item_tokens=1024")
 [ -f "$EVAL/results.json" ] || { echo "no $EVAL/results.json: run scripts/ap89.sh first" >&2; exit 1; }
 [ -d "$EVAL-gists/runs" ] || { mkdir -p "$EVAL-gists" && cp -r "$EVAL/runs" "$EVAL-gists/runs"; }
 STUDENTS=()

@@ -15,7 +15,7 @@ GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
 "$GISTRANK" train --out "$RUNS/gist-k8" --num-gist 8 "${DATA[@]}" --config "$CFG/student.json"
 # the demo's shadow (reranker/core/checkpoints/teacher-lora): a LoRA teacher, 9.8 MB instead of 517 MB
 "$GISTRANK" train --out "$RUNS/teacher-lora" --role teacher "${DATA[@]}" --config "$CFG/teacher_lora.json"
-"$GISTRANK" eval --teacher "$RUNS/teacher/checkpoint" --full-model "$RUNS/teacher-lora/checkpoint" \
+"$GISTRANK" eval --teacher "$RUNS/teacher/checkpoint" --shadow-model "$RUNS/teacher-lora/checkpoint" \
   "${DATA[@]}" --out "$RUNS/eval-teacher-lora"
 "$GISTRANK" eval --teacher "$RUNS/teacher/checkpoint" \
   --student "$RUNS/hybrid-t32-k8/checkpoint" --student "$RUNS/gist-k8/checkpoint" \

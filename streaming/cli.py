@@ -52,7 +52,7 @@ CatalogUrl = Annotated[str, typer.Option(help="SQLAlchemy URL of the catalog dat
 BootstrapServers = Annotated[
     str | None, typer.Option(help="host:port[,…]; overrides $GISTRANK_KAFKA_BOOTSTRAP_SERVERS")
 ]
-Partitions = Annotated[int, typer.Option(help="partitions of the change topic when this creates it")]
+Partitions = Annotated[int, typer.Option(min=1, help="partitions of the change topic when this creates it")]
 CreateTopics = Annotated[
     bool, typer.Option(help="create missing topics first (needs the admin right to create topics)")
 ]
@@ -86,7 +86,7 @@ DType = Annotated[
 StorageDType = Annotated[
     BlobDType | None, typer.Option(help="K/V dtype in the stored blob (default: the model's K/V dtype)")
 ]
-CompressBatch = Annotated[int, typer.Option(help="items per compression forward")]
+CompressBatch = Annotated[int, typer.Option(min=1, help="items per compression forward")]
 CompressorOpt = Annotated[
     str | None,
     typer.Option(
@@ -165,10 +165,14 @@ def _configure_logging() -> None:
 # ------------------------------------------------------------------------------------------ commands
 def publish(
     file: Annotated[
-        Path | None, typer.Option(help="JSONL file of change events (default: the catalog database)")
+        Path | None,
+        typer.Option(
+            exists=True, dir_okay=False, help="JSONL file of change events (default: the catalog database)"
+        ),
     ] = None,
     since_version: Annotated[
-        int | None, typer.Option(help="only catalog changes after this version (a resumable cursor)")
+        int | None,
+        typer.Option(min=0, help="only catalog changes after this version (a resumable cursor)"),
     ] = None,
     catalog_url: CatalogUrl = DEFAULT_URL,
     bootstrap_servers: BootstrapServers = None,
@@ -178,8 +182,19 @@ def publish(
     """Publish change events (each item's current state, or a JSONL file) to the change topic."""
     from kafka.errors import KafkaError
 
-    from reranker.catalog.publisher import EventFileError, PublishError, publish_catalog, publish_file
+    from reranker.catalog.publisher import (
+        EventFileError,
+        PublishError,
+        check_event_file,
+        publish_catalog,
+        publish_file,
+    )
 
+    if file is not None:  # every line checked before any broker is asked
+        try:
+            check_event_file(file)
+        except EventFileError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--file") from None
     settings = _settings(bootstrap_servers)
     if create_topics:
         ensure_topics(settings, partitions)
@@ -189,8 +204,6 @@ def publish(
         else:
             with Catalog(catalog_url) as catalog:
                 count = publish_catalog(settings, catalog, since_version)
-    except EventFileError as exc:
-        raise typer.BadParameter(str(exc)) from None
     except (PublishError, KafkaError) as exc:
         # Events sent before the failure stay published; running the same publish again is harmless.
         typer.echo(f"publish failed: {exc}", err=True)
@@ -205,7 +218,7 @@ def consume(
     max_item_tokens: MaxItemTokens = None,
     dtype: DType = None,
     storage_dtype: StorageDType = None,
-    batch_size: Annotated[int, typer.Option(help="records polled per batch")] = 64,
+    batch_size: Annotated[int, typer.Option(min=1, help="records polled per batch")] = 64,
     compress_batch_size: CompressBatch = 16,
     feast_dir: FeastDir = None,
     online: Online = OnlineStore.sqlite,
@@ -223,13 +236,15 @@ def consume(
         ),
     ] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="serve Prometheus metrics on PORT (/metrics)")
+        int | None, typer.Option(min=0, max=65535, help="serve Prometheus metrics on PORT (/metrics)")
     ] = None,
     metrics_address: Annotated[
         str, typer.Option(help="address the metrics server binds (0.0.0.0 in a container)")
     ] = "127.0.0.1",
-    max_batches: Annotated[int | None, typer.Option(help="exit after this many batches")] = None,
-    idle_exit_s: Annotated[float | None, typer.Option(help="exit after this long without records")] = None,
+    max_batches: Annotated[int | None, typer.Option(min=1, help="exit after this many batches")] = None,
+    idle_exit_s: Annotated[
+        float | None, typer.Option(min=0, help="exit after this long without records")
+    ] = None,
 ) -> None:
     """Consume change events: compress changed items into the gist store; SIGTERM finishes the batch."""
     from streaming.consumer import ForeignGroupError, GistConsumer

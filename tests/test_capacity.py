@@ -92,7 +92,7 @@ def test_plan_command(tiny_base: Path, tmp_path: Path) -> None:
     model = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"))
     path = model.save_pretrained(tmp_path / "m")
     args = ["plan", "--items", "1000000", "--qps", "100", "--candidates", "50", "--model", str(path)]
-    result = CliRunner().invoke(app, [*args, "--dtype", "int8"])
+    result = CliRunner().invoke(app, [*args, "--storage-dtype", "int8"])
     assert result.exit_code == 0, result.output
     kib = blob_bytes(model, "int8") / 1024
     assert f"{kib:.1f} KiB" in result.output

@@ -20,7 +20,7 @@ def unboxed(output: str) -> str:
 
 
 def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
-    args = ["demo", "--core", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    args = ["demo", "--core", "--model", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"compressed {len(sample_catalog())} items" in result.output
@@ -32,7 +32,7 @@ def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:
 def test_demo_core_reads_the_model_with_the_compressor_asked(tiny_base: Path) -> None:
     """--compressor and --max-item-tokens reach the in-process demo (they were ignored: a base asked for
     prefix caching was ranked through untrained gists)."""
-    args = ["demo", "--core", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    args = ["demo", "--core", "--model", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
     result = runner.invoke(app, [*args, "--compressor", "prefix", "--max-item-tokens", "40"])
     assert result.exit_code == 0, result.output
     assert "k=4, t=0, prefix" in result.output and "stored K/V (prefix)" in result.output
@@ -43,7 +43,7 @@ def test_demo_core_reads_the_model_with_the_compressor_asked(tiny_base: Path) ->
 @pytest.mark.parametrize("compressor", ["gist", "select"])
 def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path, compressor: str) -> None:
     out = tmp_path / "bench.json"
-    args = ["bench", "--base", str(tiny_base), "--candidates", "6", "--query-tokens", "8"]
+    args = ["bench", "--model", str(tiny_base), "--candidates", "6", "--query-tokens", "8"]
     args += ["--dtype", "float32", "--compressor", compressor]
     args += ["--item-tokens", "32", "--item-tokens", "96", "--repeats", "1", "--out", str(out)]
     result = runner.invoke(app, args)
@@ -66,7 +66,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     fields = {"steps": 2, "queries_per_step": 1, "candidates_per_query": 3, "train_body": False}
     cfg.write_text(json.dumps(fields))
     for role in ("teacher", "student"):
-        args = ["train", "--out", str(tmp_path / role), "--role", role, "--base", str(tiny_base)]
+        args = ["train", "--out", str(tmp_path / role), "--role", role, "--model", str(tiny_base)]
         args += ["--num-gist", "2", "--keep-item-prefix", "3", "--dtype", "float32", "--config", str(cfg)]
         result = runner.invoke(app, [*args, *common])
         assert result.exit_code == 0, result.output
@@ -100,7 +100,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     teacher_only = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), *common]
     result = runner.invoke(app, teacher_only)
     assert result.exit_code != 0 and "nothingtoevaluate" in unboxed(result.output)
-    full = ["--full-model", str(tmp_path / "teacher" / "checkpoint"), "--out", str(tmp_path / "eval-full")]
+    full = ["--shadow-model", str(tmp_path / "teacher" / "checkpoint"), "--out", str(tmp_path / "eval-full")]
     result = runner.invoke(app, [*teacher_only, *full])  # a shadow candidate alone, no student
     assert result.exit_code == 0, result.output
     assert f"| full context · {tmp_path / 'teacher' / 'checkpoint'} | 1.000 | 1.000 |" in result.output
@@ -143,7 +143,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
 def test_train_refuses_bad_options_with_their_names(tiny_base: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"stepz": 2}))
-    args = ["train", "--out", str(tmp_path / "run"), "--base", str(tiny_base), "--products", "2"]
+    args = ["train", "--out", str(tmp_path / "run"), "--model", str(tiny_base), "--products", "2"]
     result = runner.invoke(app, [*args, "--score-rule", "bogus", "--dtype", "bogus"])
     assert result.exit_code == 2 and not isinstance(result.exception, ValueError)  # a usage error
     message = unboxed(result.output)
@@ -171,7 +171,7 @@ def test_eval_refuses_a_duplicated_relevance_row_naming_file_and_line(tmp_path: 
 def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path, compressor: str) -> None:
     """`make demo` on a tiny model: every stage runs against the real services and they all stop; the
     select compressor goes the same way (consumer → Feast → Triton, one fingerprint)."""
-    args = ["demo", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    args = ["demo", "--model", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
     args += ["--workdir", str(tmp_path / "demo"), "--queries", "2", "--compressor", compressor]
     result = runner.invoke(app, args, env={"COLUMNS": "200"})  # table cells unwrapped
     assert result.exit_code == 0, result.output
@@ -187,7 +187,7 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path, compressor: s
 
 def test_bench_packing_compares_pairs_per_second(tiny_base: Path, tmp_path: Path) -> None:
     out = tmp_path / "packing.json"
-    args = ["bench-packing", "--base", str(tiny_base), "--items", "3", "--num-gist", "2"]
+    args = ["bench-packing", "--model", str(tiny_base), "--items", "3", "--num-gist", "2"]
     args += ["--dtype", "float32", "--max-item-tokens", "48", "--out", str(out)]
     args += ["--queries-per-item", "1", "--queries-per-item", "3"]
     result = runner.invoke(app, args)
@@ -208,7 +208,7 @@ def test_bench_packing_compares_pairs_per_second(tiny_base: Path, tmp_path: Path
 @pytest.mark.redis
 def test_bench_store_measures_every_path(tiny_base: Path, tmp_path: Path) -> None:
     out = tmp_path / "store.json"
-    args = ["bench-store", "--base", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
+    args = ["bench-store", "--model", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
     args += ["--consumer-items", "8", "--read-ids", "10", "--read-repeats", "3"]
     args += ["--workdir", str(tmp_path / "w"), "--out", str(out)]
     result = runner.invoke(app, args)

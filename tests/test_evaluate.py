@@ -37,7 +37,7 @@ from reranker.evaluation.results import (
 from reranker.evaluation.runner import evaluate, score_queries
 from reranker.evaluation.sweep import BudgetSweep, budget_reader
 from reranker.evaluation.systems import System, baseline_systems, student_systems
-from reranker.ranking_metrics import ranking
+from reranker.ranking_metrics import ndcg_at_k, ranking
 from reranker.training.trainer import TrainConfig, Trainer
 
 
@@ -328,6 +328,29 @@ def test_a_failing_system_keeps_the_others_results() -> None:
     assert {r.system for r in scored.records} == {"teacher", "steady"}  # no partial system
     assert [r.query_id for r in scored.records] == ["q2", "q2", "q3", "q3"]  # query by query
     assert set(scored.scores) == {"teacher", "steady"} and calls["n"] == 2  # not called after failing
+
+
+def test_the_gain_is_chosen_once_for_every_system_and_stated_in_the_report() -> None:
+    """`--gain exponential` scores nDCG with 2^label − 1 for every system, the report's headers say so,
+    and evaluations on different gains do not merge."""
+    test = tiny_relevance_set().split("test")
+    reversed_order = System(lambda _q, ids: [float(n) for n in range(len(ids))], SystemFacts("s", 4))
+    reference = System(lambda _q, ids: [float(-n) for n in range(len(ids))], TEACHER)
+    by_gain = {}
+    for gain in ("linear", "exponential"):
+        scored = score_queries(test, reference, {"s": reversed_order}, [0] * len(test.queries), gain=gain)
+        by_gain[gain] = {(r.system, r.query_id): r.metrics["ndcg@10"] for r in scored.records}
+        for query in test.queries:
+            ids, labels = zip(*test.candidates(query.query_id), strict=True)
+            values = scored.scores["s"][query.query_id]
+            assert by_gain[gain][("s", query.query_id)] == ndcg_at_k(values, labels, 10, ids, gain)
+    assert by_gain["linear"] != by_gain["exponential"]  # graded labels: the gain changes the numbers
+
+    result = EvalResult("test", "t", [], [], 1, {"teacher": TEACHER}, {}, {}, [], gain="exponential")
+    assert "ndcg@10 (gain = 2^label − 1)" in markdown_report(result)
+    assert EvalResult.from_json(result.to_json()).gain == "exponential"
+    with pytest.raises(ValueError, match="gain differs"):
+        merge_results([result, replace(result, gain="linear")])
 
 
 def test_each_candidate_is_forgotten_after_the_last_query_that_names_it() -> None:

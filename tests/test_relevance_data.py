@@ -167,6 +167,8 @@ def test_csv_file_with_multiline_field(tmp_path: Path) -> None:
         (row(label="exact"), "label must be a non-negative integer"),
         (row(label=True), "label must be a non-negative integer"),
         (row(label=1.5), "label must be a non-negative integer"),
+        (row(label=10**6), "label 1000000 is above 100"),
+        (row(label="101"), "label 101 is above 100"),
         (row(query="   "), "empty query"),
         (row(query_id=""), "query_id must be"),
         (row(query="other text"), "different text than on line 1"),

@@ -191,6 +191,7 @@ def test_duplicate_qrels_are_rejected_or_merged(tmp_path: Path) -> None:
         ("1 0 AP-002", "expected 4 fields"),
         ("1 0 AP-002 -1", "label must be a non-negative integer"),
         ("1 0 AP-002 high", "label must be a non-negative integer"),
+        ("1 0 AP-002 1000000", "label 1000000 is above 100"),
     ],
 )
 def test_bad_qrels_line_names_file_and_line(tmp_path: Path, line: str, problem: str) -> None:

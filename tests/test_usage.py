@@ -1,9 +1,12 @@
 """Bad input to the `gistrank` console script (its `main`, as a user runs it): each mistake is one error
 line naming the value and what was expected, exit 2, no traceback, no service asked (Kafka points at a
-closed port, the Hub is off), nothing written (the state folder and the working folder stay empty)."""
+closed port, the Hub is off), nothing written (the state folder and the working folder stay empty).
+`{dir}`, `{file}` and `{labels}` in a row are an existing folder, an existing file and a relevance file
+whose label is a score, not a grade; they sit outside the working folder and stay as they were."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +36,17 @@ BAD = [  # (arguments, what the error line must say)
         ["eval", "--teacher", "t", "--student", "s", "--data", "d.jsonl", "--max-item-tokens", "9"],
         "synthetic",
     ),
+    (["eval", "--teacher", "t", "--student", "s", "--gain", "bogus"], "'bogus' is not one of"),
+    (["catalog", "load", "{dir}"], "is a directory"),
+    (["publish", "--file", "{dir}"], "is a directory"),
+    (["publish", "--file", "{file}"], "line 1: missing field 'op'"),  # the file checked before the broker
+    (["consume", "--batch-size", "0"], "'--batch-size'"),  # options checked before the broker
+    (["train-gists", "--out", "{file}"], "is a file"),  # before the reader is loaded
+    (["train", "--out", "{file}"], "is a file"),
+    (["eval", "--teacher", "t", "--student", "s", "--out", "{file}"], "is a file"),
+    (["eval", "--teacher", "t", "--student", "s", "--data", "{labels}"], "label 1000000 is above 100"),
+    (["train", "--out", "run", "--data", "{labels}"], "label 1000000 is above 100"),
+    (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--storage-dtype", "int4"], "'int4'"),
 ]
 
 
@@ -40,8 +54,15 @@ BAD = [  # (arguments, what the error line must say)
 def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
     args: list[str], says: str, tmp_path: Path
 ) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
+    home, work, given = tmp_path / "home", tmp_path / "work", tmp_path / "given"
     work.mkdir()
+    (given / "folder").mkdir(parents=True)
+    (given / "file.jsonl").write_text('{"item_id": "a"}\n')
+    row = {"query_id": "q1", "query": "usb-c charger", "item_id": "i1", "title": "A charger", "label": 10**6}
+    (given / "labels.jsonl").write_text(json.dumps(row) + "\n")
+    before = sorted((p, p.stat().st_mtime_ns) for p in given.rglob("*"))
+    names = {"dir": given / "folder", "file": given / "file.jsonl", "labels": given / "labels.jsonl"}
+    args = [arg.format(**names) for arg in args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GISTRANK_", "HF_HUB_OFFLINE"))}
     env |= {"GISTRANK_HOME": str(home), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     result = subprocess.run(
@@ -58,3 +79,4 @@ def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
     assert "Traceback" not in result.stderr + result.stdout
     assert "Kafka" not in result.stderr  # checked before any broker was asked
     assert not home.exists() and not any(work.iterdir())  # nothing written
+    assert sorted((p, p.stat().st_mtime_ns) for p in given.rglob("*")) == before

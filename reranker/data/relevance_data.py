@@ -507,7 +507,7 @@ class _Builder:
             split=_split(row.get("split"), self.default_split),
             hard=_flag(row.get("hard")),
         )
-        return query, _item(row), _label(row["label"], self.label_map)
+        return query, _item(row), parse_label(row["label"], self.label_map)
 
     def _remember_query(self, line: int, query: Query) -> None:
         first = self.queries.setdefault(query.query_id, (query, line))
@@ -564,18 +564,33 @@ def _text(row: Mapping[str, object], column: str, *, required: bool = False) -> 
     return value
 
 
-def _label(value: object, label_map: Mapping[str, int] | None = None) -> int:
+# Graded scales in use run 0–4 (TREC, MS MARCO); the listwise objective and exponential nDCG weigh a
+# label by 2^label, which must stay finite in float32 (2^128 is not).
+MAX_LABEL = 100
+
+
+def parse_label(value: object, label_map: Mapping[str, int] | None = None) -> int:
+    """A relevance grade from a file's label field (a digit string or an int; `label_map`: names → grades);
+    ValueError saying what was expected otherwise."""
     text = value.strip() if isinstance(value, str) else value
     if label_map is not None:
         if isinstance(text, str) and text.upper() in label_map:
             return label_map[text.upper()]
         names = ", ".join(label_map)
         raise ValueError(f"label must be one of {names} (the label mapping), got {value!r}")
+    label = None
     if isinstance(text, str) and text.isascii() and text.isdigit():
-        return int(text)
-    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
-        return text
-    raise ValueError(f"label must be a non-negative integer (0 = not relevant), got {value!r}")
+        label = int(text)
+    elif isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        label = text
+    if label is None:
+        raise ValueError(f"label must be a non-negative integer (0 = not relevant), got {value!r}")
+    if label > MAX_LABEL:
+        raise ValueError(
+            f"label {label} is above {MAX_LABEL}: labels are relevance grades (0 = not relevant, TREC "
+            "uses 0–4), not scores or ranks; map them to a small graded scale"
+        )
+    return label
 
 
 def _attributes(value: object) -> dict[str, JsonValue]:

@@ -60,6 +60,7 @@ from reranker.data.relevance_data import (
     Split,
     TermCounter,
     bm25_terms,
+    parse_label,
 )
 
 QueryField = Literal["title", "desc"]
@@ -94,10 +95,10 @@ def read_qrels(path: str | Path, dedupe: bool = False) -> dict[str, dict[str, in
             problem = f"expected 4 fields 'qid iteration docno label', got {len(fields)}"
             raise RelevanceDataError(problem, path=source, line=line)
         qid, _, docno, label_text = fields
-        label = _int_label(label_text)
-        if label is None:
-            problem = f"label must be a non-negative integer, got {label_text!r}"
-            raise RelevanceDataError(problem, path=source, line=line)
+        try:
+            label = parse_label(label_text)
+        except ValueError as error:
+            raise RelevanceDataError(str(error), path=source, line=line) from error
         try:
             qid = topic_id(qid)
         except ValueError as error:
@@ -443,10 +444,6 @@ def _json_rows(path: Path, progress: bool = False, desc: str = "") -> Iterator[t
                 problem = f"a row must be a JSON object, got {type(row).__name__}"
                 raise RelevanceDataError(problem, path=path, line=line)
             yield line, row
-
-
-def _int_label(text: str) -> int | None:
-    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def write_summary(result: TrecImport, out: Path) -> None:

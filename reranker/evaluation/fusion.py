@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reranker.ranking_metrics import ndcg_at_k
+from reranker.ranking_metrics import Gain, ndcg_at_k
 
 WEIGHTS = tuple(i / 10 for i in range(11))
 
@@ -37,12 +37,16 @@ def fit_weight(
     model: Mapping[str, Sequence[float]],
     bm25: Mapping[str, Sequence[float]],
     labels: Mapping[str, Sequence[int]],
+    doc_ids: Mapping[str, Sequence[str]] | None = None,
+    gain: Gain = "linear",
 ) -> Fitted:
     """The nDCG@10-best grid weight over all queries, and per query over all the others (ties: the
-    smaller weight, i.e. more BM25)."""
+    smaller weight, i.e. more BM25); nDCG with `gain`, ties in a list broken by `doc_ids` where given."""
     queries = list(model)
+    ids = doc_ids or {}
     gains = {
-        w: {q: ndcg_at_k(interpolate(model[q], bm25[q], w), labels[q], 10) for q in queries} for w in WEIGHTS
+        w: {q: ndcg_at_k(interpolate(model[q], bm25[q], w), labels[q], 10, ids.get(q), gain) for q in queries}
+        for w in WEIGHTS
     }
     totals = {w: sum(by_query.values()) for w, by_query in gains.items()}
 

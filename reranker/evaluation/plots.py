@@ -125,7 +125,7 @@ def plot_vs_bytes(result: EvalResult, out: Path) -> Path | None:
                 ax.axhline(result.summary[name].all[metric], **levels[name], lw=1, label=name)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("stored K/V per item, KiB (int8)")
-        ax.set_ylabel(metric_header(metric))
+        ax.set_ylabel(metric_header(metric, result.gain))
         ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)

@@ -19,12 +19,16 @@ from reranker.evaluation.results import (
     metric_header,
     paired_differences,
 )
+from reranker.ranking_metrics import GAIN_FORMULA
 
-GAIN_NOTE = (
-    "nDCG gain = label, discount 1/log2(rank + 1), ideal from the list's labels, ties by item id "
-    "descending (trec_eval's conventions); overlap@K = the share of the teacher's top K in the "
-    "system's top K (results.json: recall@K)"
-)
+
+def gain_note(gain: str) -> str:
+    conventions = "trec_eval's conventions" if gain == "linear" else "trec_eval's, but for the gain"
+    return (
+        f"nDCG gain = {GAIN_FORMULA[gain]}, discount 1/log2(rank + 1), ideal from the list's labels, ties "
+        f"by item id descending ({conventions}); overlap@K = the share of the teacher's top K in the "
+        "system's top K (results.json: recall@K)"
+    )
 
 
 def write_outputs(result: EvalResult, out: Path) -> None:
@@ -105,13 +109,17 @@ def _cost_table(result: EvalResult) -> list[str]:
 
 def markdown_report(result: EvalResult) -> str:
     summary = result.summary
-    hard_cols = ["hard-query " + metric_header("recall@5"), "hard-query " + metric_header("ndcg@10")]
+
+    def header(metric: str) -> str:
+        return metric_header(metric, result.gain)
+
+    hard_cols = ["hard-query " + header("recall@5"), "hard-query " + header("ndcg@10")]
     lines = [
         f"## Evaluation on split `{result.split}` ({result.queries} queries)",
         "",
-        f"Reference ranking: teacher `{result.teacher}`. {GAIN_NOTE}.",
+        f"Reference ranking: teacher `{result.teacher}`. {gain_note(result.gain)}.",
         "",
-        "| system | " + " | ".join([*map(metric_header, METRICS), *hard_cols]) + " |",
+        "| system | " + " | ".join([*map(header, METRICS), *hard_cols]) + " |",
         "|---|" + "---|" * (len(METRICS) + 2),
     ]
     for system, s in summary.items():
@@ -127,7 +135,7 @@ def markdown_report(result: EvalResult) -> str:
     lines += _bm25_note(result) + _interpolation_note(result) + _truncation_note(result)
     lines += _cost_table(result)
     lines += ["", "Mean with 95% bootstrap interval over queries:", ""]
-    lines += ["| system | " + " | ".join(map(metric_header, INTERVAL_METRICS)) + " |", "|---|---|---|"]
+    lines += ["| system | " + " | ".join(map(header, INTERVAL_METRICS)) + " |", "|---|---|---|"]
     for system, s in summary.items():
         ci = s.ci95
         cells = [f"{s.all[m]:.3f} [{ci[m][0]:.3f}, {ci[m][1]:.3f}]" for m in INTERVAL_METRICS]
@@ -136,8 +144,8 @@ def markdown_report(result: EvalResult) -> str:
         title = (
             "Each student minus its controls, paired over queries (95% bootstrap interval; better / worse)"
         )
-        header = "| student | control | " + " | ".join(f"Δ {metric_header(m)}" for m in PAIRED_METRICS) + " |"
-        lines += ["", title + ":", "", header, "|---|---|---|---|"]
+        columns = " | ".join(f"Δ {header(m)}" for m in PAIRED_METRICS)
+        lines += ["", title + ":", "", f"| student | control | {columns} |", "|---|---|---|---|"]
         for row in paired:
             cells = [
                 f"{d.mean:+.3f} [{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}] ({d.better} / {d.worse})"

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from reranker.ranking_metrics import bootstrap_ci
+from reranker.ranking_metrics import GAIN_FORMULA, bootstrap_ci
 
 RECALL_KS = (1, 5, 10)
 METRICS = ("recall@1", "recall@5", "recall@10", "ndcg@10", "acc@1")
@@ -92,6 +92,7 @@ class EvalResult:
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # system → its costs (`runner._costs`)
     interpolation: dict[str, dict[str, Any]] = field(default_factory=dict)  # "<system> + bm25" → its fit
     truncation: dict[str, int] | None = None  # the teacher's item cap, items read, items it truncated
+    gain: str = "linear"  # nDCG's gain: "linear" (the label, trec_eval's) or "exponential" (2^label − 1)
 
     def to_json(self) -> dict[str, Any]:
         optional = {"bm25": self.bm25} if self.bm25 is not None else {}
@@ -111,6 +112,7 @@ class EvalResult:
             "records": [r.to_json() for r in self.records],
             "costs": self.costs,
             "interpolation": self.interpolation,
+            "gain": self.gain,
         } | optional
 
     @classmethod
@@ -131,6 +133,7 @@ class EvalResult:
             costs=dict(data.get("costs", {})),
             interpolation=dict(data.get("interpolation", {})),
             truncation=data.get("truncation"),
+            gain=data.get("gain", "linear"),
         )
 
 
@@ -158,7 +161,7 @@ def merge_results(results: Sequence[EvalResult]) -> EvalResult:
     if not results:
         raise ValueError("nothing to merge")
     first = results[0]
-    for key in ("split", "teacher", "queries", "length_quartile_cuts_tokens"):
+    for key in ("split", "teacher", "queries", "length_quartile_cuts_tokens", "gain"):
         for other in results[1:]:
             if getattr(other, key) != getattr(first, key):
                 mine, theirs = getattr(first, key), getattr(other, key)
@@ -236,9 +239,9 @@ def paired_differences(
     return rows
 
 
-def metric_header(metric: str) -> str:
+def metric_header(metric: str, gain: str = "linear") -> str:
     """A metric's column header: nDCG columns carry their gain, so no table is read on the wrong scale, and
     the overlap with the reference is not read as the IR recall of relevant items."""
     if metric.startswith("ndcg"):
-        return f"{metric} (gain = label)"
+        return f"{metric} (gain = {GAIN_FORMULA[gain]})"
     return metric.replace("recall@", "overlap@")

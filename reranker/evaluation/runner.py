@@ -44,16 +44,26 @@ from reranker.evaluation.systems import (
     full_system,
     student_systems,
 )
-from reranker.ranking_metrics import accuracy_at_1, length_quartiles, ndcg_at_k, recall_at_k_vs_reference
+from reranker.ranking_metrics import (
+    Gain,
+    accuracy_at_1,
+    length_quartiles,
+    ndcg_at_k,
+    recall_at_k_vs_reference,
+)
 
 
 def query_metrics(
-    scores: Sequence[float], reference: Sequence[float], labels: Sequence[int], doc_ids: Sequence[str]
+    scores: Sequence[float],
+    reference: Sequence[float],
+    labels: Sequence[int],
+    doc_ids: Sequence[str],
+    gain: Gain = "linear",
 ) -> dict[str, float]:
     """One system's METRICS on one query: the overlap with the reference's top K, the rest against the
-    labels; ties broken by `doc_ids` as trec_eval does."""
+    labels (nDCG with `gain`); ties broken by `doc_ids` as trec_eval does."""
     out = {f"recall@{k}": recall_at_k_vs_reference(scores, reference, k, doc_ids) for k in RECALL_KS}
-    out["ndcg@10"] = ndcg_at_k(scores, labels, 10, doc_ids)
+    out["ndcg@10"] = ndcg_at_k(scores, labels, 10, doc_ids, gain)
     out["acc@1"] = accuracy_at_1(scores, labels, doc_ids)
     return out
 
@@ -87,6 +97,7 @@ def score_queries(
     quartiles: Sequence[int],
     cached: Mapping[str, Mapping[str, list[float]]] | None = None,
     after_query: Callable[[Scored], None] | None = None,
+    gain: Gain = "linear",
 ) -> Scored:
     """Every system's metrics on every query, against the `reference` ranking (recorded as "teacher").
 
@@ -143,7 +154,7 @@ def score_queries(
                     seconds, n = timed.get(name, (0.0, 0))
                     timed[name] = (seconds + time.perf_counter() - start, n + len(cand_ids))
                 truth = values if name == "teacher" else truth
-                metrics = query_metrics(values, truth, labels, cand_ids)
+                metrics = query_metrics(values, truth, labels, cand_ids, gain)
             except Exception as exc:  # one system's failure must not discard the others' results
                 if name == "teacher":
                     raise
@@ -172,6 +183,7 @@ def evaluate(
     control_base: bool = False,
     run_dir: Path | None = None,
     max_queries: int | None = None,
+    gain: Gain = "linear",
 ) -> EvalResult:
     """Score `data`'s `split` with the teacher, every student's systems and every other full-context
     model in `full_paths`; write results.json, report.md and plots to `out`, and with `run_dir` one TREC
@@ -179,7 +191,7 @@ def evaluate(
     student's controls with its untouched base LM as well (see `systems._gist_systems`). BM25's IDF is
     over the set's collection (`data.collection`, saved by `gistrank data import-trec`), else over all
     of `data`'s items. `max_queries`: only the split's first queries (the slice is stated in the
-    report)."""
+    report). `gain`: nDCG's gain, the label (trec_eval's) or 2^label − 1, for every system and fit."""
     test = data.split(split, max_queries)
     if not test.queries:
         raise ValueError(f"split {split!r} has no queries")
@@ -213,14 +225,15 @@ def evaluate(
             costs = _costs(finished, so_far, saved_costs)
             save_runs(run_dir, test, so_far.scores, keys, costs)
 
-    scored = score_queries(test, reference, systems, quartiles, cached, keep)
-    fused = bm25_interpolations(test, scored, everyone, quartiles)
+    scored = score_queries(test, reference, systems, quartiles, cached, keep, gain)
+    fused = bm25_interpolations(test, scored, everyone, quartiles, gain)
     finished = {name: s for name, s in everyone.items() if name not in scored.errors}
     costs = _costs(finished, scored, saved_costs)
     truncated = teacher.item_ids(list(texts_by_id.values()))[1]
     records = scored.records + [r for f in fused.values() for r in f.records]
     result = EvalResult(
         split=split,
+        gain=gain,
         teacher=str(teacher_path),
         students=[str(p) for p in student_paths],
         full_models=[str(p) for p in full_paths],
@@ -258,7 +271,11 @@ class Fused:
 
 
 def bm25_interpolations(
-    test: RelevanceSet, scored: Scored, systems: Mapping[str, System], quartiles: Sequence[int]
+    test: RelevanceSet,
+    scored: Scored,
+    systems: Mapping[str, System],
+    quartiles: Sequence[int],
+    gain: Gain = "linear",
 ) -> dict[str, Fused]:
     """The teacher, every other full-context model and every student's own online path interpolated
     with BM25 (`fusion`), named `<system> + bm25`."""
@@ -275,12 +292,16 @@ def bm25_interpolations(
         facts = systems[name].facts
         if facts.control_of is not None or name in ("bm25", "no item"):
             continue
-        fitted = fit_weight(by_query, bm25, labels)
+        fitted = fit_weight(by_query, bm25, labels, ids, gain)
         fused_name = f"{name} + bm25"
         values = {q: interpolate(by_query[q], bm25[q], fitted.held_out[q]) for q in by_query}
         records = [
             QueryRecord(
-                fused_name, q, hard[q], quartile_of[q], query_metrics(values[q], truth[q], labels[q], ids[q])
+                fused_name,
+                q,
+                hard[q],
+                quartile_of[q],
+                query_metrics(values[q], truth[q], labels[q], ids[q], gain),
             )
             for q in by_query
         ]
