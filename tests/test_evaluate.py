@@ -99,6 +99,18 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     assert hybrid_costs["bytes_bf16"] == payload_nbytes(*dims, "bfloat16")
     assert hybrid_costs["bytes_int8"] == payload_nbytes(*dims, "int8")
     assert "positions" not in result.costs["teacher"]
+    stored = {name for name, c in result.costs.items() if "positions" in c}
+    assert stored == trained | hybrid | prefix
+    assert all(result.costs[name]["compress_ms_per_item"] > 0 for name in stored)
+    assert "compress_ms_per_item" not in result.costs["teacher"] | result.costs["bm25"]
+    assert "compress ms/item" in (out / "report.md").read_text()
+    trained_runs = {"gist k=2": 0, "gist k=4": 1, "gist t=3 k=2": 2}  # each its own run's wall time
+    for name, at in trained_runs.items():
+        curve = [json.loads(line) for line in (students[at].parent / "curve.jsonl").read_text().splitlines()]
+        assert result.costs[name]["training_minutes"] == pytest.approx(
+            sum(r["wall_seconds"] for r in curve) / 60
+        )
+    assert not any("training_minutes" in c for n, c in result.costs.items() if n not in trained_runs)
     read = {i for q in data.split("test").queries for i, _ in data.candidates(q.query_id)}
     longer = sum(len(reader.tokenizer(data.items[i].text)["input_ids"]) > 48 for i in read)
     assert result.truncation == {"max_item_tokens": 48, "items": len(read), "truncated": longer}

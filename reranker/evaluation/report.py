@@ -79,8 +79,8 @@ def _truncation_note(result: EvalResult) -> list[str]:
 
 
 def _cost_table(result: EvalResult) -> list[str]:
-    """Stored positions and bytes per item, online ms per candidate (the query's candidates in one
-    batch on this machine)."""
+    """Stored positions and bytes per item, offline compression ms per item, online ms per candidate
+    (the query's candidates in one batch on this machine), training wall time."""
     rows = [(name, c) for name, c in result.costs.items() if name in result.summary]
     if not rows:
         return []
@@ -91,17 +91,22 @@ def _cost_table(result: EvalResult) -> list[str]:
     lines = [
         "",
         "Cost per item and per candidate (K/V positions and payload bytes: means over the items stored; "
-        "ms: online scoring, one query's candidates per batch, this machine):",
+        "compress ms: offline, per item, a pass shared by several budgets counted for each; ms/candidate: "
+        "online scoring, one query's candidates per batch; this machine; training: the wall time of the "
+        "student's run, on the machine that trained it):",
         "",
-        "| system | stored positions | KiB/item bf16 | KiB/item int8 | ms/candidate |",
-        "|---|---|---|---|---|",
+        "| system | stored positions | KiB/item bf16 | KiB/item int8 | compress ms/item | ms/candidate "
+        "| training min |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, costs in rows:
         cells = [
             cell(costs, "positions"),
             cell(costs, "bytes_bf16", 1024),
             cell(costs, "bytes_int8", 1024),
+            cell(costs, "compress_ms_per_item"),
             cell(costs, "ms_per_candidate", fmt="{:.2f}"),
+            cell(costs, "training_minutes", fmt="{:.2f}"),
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines

@@ -315,10 +315,12 @@ def bm25_interpolations(
 def _costs(
     systems: Mapping[str, System], scored: Scored, saved: Mapping[str, Mapping[str, float]]
 ) -> dict[str, dict[str, float]]:
-    """Per system: online ms per candidate (timed `score` calls, the query's candidates in one batch)
-    and for a compressed system the K/V positions it stores per item and their bytes in bf16 and int8
-    (`kv_codec.payload_nbytes`, means over the items it compressed); from the cache where this run
-    measured nothing."""
+    """Per system: online ms per candidate (timed `score` calls, the query's candidates in one batch),
+    for a compressed system the offline compression ms per item (a pass shared by several budgets
+    counted for each: what any one of them would cost alone), for a trained student its training wall
+    time, and the K/V positions it stores per item
+    and their bytes in bf16 and int8 (`kv_codec.payload_nbytes`, means over the items it compressed);
+    from the cache where this run measured nothing."""
     out: dict[str, dict[str, float]] = {}
     for name in systems:
         costs = dict(saved.get(name, {}))
@@ -328,6 +330,10 @@ def _costs(
         if measured in scored.timed:
             seconds, candidates = scored.timed[measured]
             costs["ms_per_candidate"] = 1000 * seconds / candidates
+        if system.training_seconds is not None:
+            costs["training_minutes"] = system.training_seconds / 60
+        if system.compress_cost is not None and (spent := system.compress_cost())[1]:
+            costs["compress_ms_per_item"] = 1000 * spent[0] / spent[1]
         if system.stored and system.kv_dims:
             layers, heads, dim = system.kv_dims
             positions = list(system.stored.values())

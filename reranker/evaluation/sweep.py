@@ -9,6 +9,7 @@ into stored units. A research harness, so it lives here and not in the serving m
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from reranker.core.config import GistConfig
@@ -35,6 +36,11 @@ class BudgetSweep:
         # one reader per k: a fingerprint hashes every weight, so it is computed once per budget
         self.readers = {k: budget_reader(body, k) for k in self.budgets}
         self.done: dict[int, dict[str, GistKV]] = {k: {} for k in self.budgets}
+        self.seconds, self.items = 0.0, 0  # the passes' wall time and the items they compressed
+
+    def cost(self) -> tuple[float, int]:
+        """(seconds, items) of the passes so far: what compressing an item costs any one budget."""
+        return self.seconds, self.items
 
     def reader(self, k: int) -> GistReranker:
         return self.readers[k]
@@ -43,6 +49,7 @@ class BudgetSweep:
         """The stored units of budget k for `texts` (each what `reader(k).compress` gives)."""
         todo = [t for t in dict.fromkeys(texts) if t not in self.done[k]]
         if todo:
+            start_s = time.perf_counter()
             item_ids, truncated = self.body.item_ids(todo)
             order = sorted(range(len(todo)), key=lambda i: len(item_ids[i]))  # a batch pads little
             for start in range(0, len(order), self.batch_size):
@@ -52,6 +59,8 @@ class BudgetSweep:
                     for budget, kv in by_budget.items():
                         unit = self.readers[budget].stored_unit(kv, len(item_ids[i]), truncated[i])
                         self.done[budget][todo[i]] = unit
+            self.seconds += time.perf_counter() - start_s
+            self.items += len(todo)
         return [self.done[k][t] for t in texts]
 
     def forget(self, texts: list[str]) -> None:

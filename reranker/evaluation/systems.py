@@ -20,6 +20,7 @@ rerun reuses the cached scores of an unchanged key.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from reranker.evaluation.baselines import (
 )
 from reranker.evaluation.results import SystemFacts
 from reranker.evaluation.sweep import BudgetSweep, budget_reader
+from reranker.training.trainer import training_seconds
 
 Scorer = Callable[[str, list[str]], list[float]]  # (query, candidate ids) → one score per candidate
 
@@ -51,10 +53,11 @@ class System:
     """A ranker under evaluation: how it scores a query's candidates, and its plot facts.
 
     `prepare` does a query's offline work before `score` is timed (compressing candidates not yet
-    compressed); `key` names what produces the scores (model fingerprints and settings), so that a
-    rerun reuses the scores cached under the same key (`--run-dir`); `stored` (item id → K/V
-    positions kept) and `kv_dims` (L, H_kv, h) give the stored bytes of a compressed system; `forget`
-    is told the candidates no later query names, so that an evaluation holds one query's K/V, not all."""
+    compressed; `compress_cost` gives its (seconds, items) so far); `key` names what produces the
+    scores (model fingerprints and settings), so that a rerun reuses the scores cached under the same
+    key (`--run-dir`); `stored` (item id → K/V positions kept) and `kv_dims` (L, H_kv, h) give the
+    stored bytes of a compressed system; `forget` is told the candidates no later query names, so that
+    an evaluation holds one query's K/V, not all."""
 
     score: Scorer
     facts: SystemFacts
@@ -63,6 +66,8 @@ class System:
     stored: dict[str, int] = field(default_factory=dict)
     kv_dims: tuple[int, int, int] | None = None
     forget: Callable[[list[str]], None] = _nothing  # drop what `prepare` kept for these candidates
+    compress_cost: Callable[[], tuple[float, int]] | None = None
+    training_seconds: float | None = None  # the wall time of the run that trained it (none: untrained)
 
 
 def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
@@ -85,7 +90,8 @@ class StoredKV:
     """Scores against stored K/V: the reader built on first use and each candidate compressed the first
     time a query needs it (offline work, in `prepare`) and forgotten after its last query (`release`:
     what the compressor must drop too, e.g. a shared pass's copy); a reader or compressor that fails
-    fails its own system (recorded by `score_queries`), not the others."""
+    fails its own system (recorded by `score_queries`), not the others. `cost`: the (seconds, items) of
+    the compression pass this system shares (`BudgetSweep.cost`); default its own compress calls'."""
 
     def __init__(
         self,
@@ -93,6 +99,7 @@ class StoredKV:
         reader: Callable[[], GistReranker],
         compress: Callable[[GistReranker, list[str]], list[GistKV]],
         release: Callable[[list[str]], None] | None = None,
+        cost: Callable[[], tuple[float, int]] | None = None,
     ) -> None:
         self._texts_by_id = texts_by_id
         self._reader = reader
@@ -101,6 +108,8 @@ class StoredKV:
         self._model: GistReranker | None = None
         self._kvs: dict[str, GistKV] = {}
         self.stored: dict[str, int] = {}  # item id → K/V positions kept (the costs' bytes per item)
+        self.seconds, self.items = 0.0, 0  # spent in `compress`, items it compressed
+        self._cost = cost or (lambda: (self.seconds, self.items))
 
     def _reading_model(self) -> GistReranker:
         if self._model is None:
@@ -111,7 +120,10 @@ class StoredKV:
         model = self._reading_model()
         todo = [i for i in dict.fromkeys(cand_ids) if i not in self._kvs]
         if todo:
+            start = time.perf_counter()
             kvs = self._compress(model, [self._texts_by_id[i] for i in todo])
+            self.seconds += time.perf_counter() - start
+            self.items += len(todo)
             self._kvs.update(zip(todo, kvs, strict=True))
             self.stored.update((i, kv.kv.shape[3]) for i, kv in zip(todo, kvs, strict=True))
 
@@ -125,9 +137,25 @@ class StoredKV:
         if self._release is not None:
             self._release([self._texts_by_id[i] for i in cand_ids])
 
-    def system(self, facts: SystemFacts, key: str, kv_dims: tuple[int, int, int]) -> System:
+    def system(
+        self,
+        facts: SystemFacts,
+        key: str,
+        kv_dims: tuple[int, int, int],
+        training_seconds: float | None = None,
+    ) -> System:
         """The system the runner scores: these methods, and `stored` filled as they compress."""
-        return System(self.score, facts, self.prepare, key, self.stored, kv_dims, self.forget)
+        return System(
+            self.score,
+            facts,
+            self.prepare,
+            key,
+            self.stored,
+            kv_dims,
+            self.forget,
+            self._cost,
+            training_seconds,
+        )
 
 
 def _own_compress(model: GistReranker, texts: list[str]) -> list[GistKV]:
@@ -175,10 +203,12 @@ def _gist_systems(
     base: GistReranker | None = None,
     shared: BudgetSweep | None = None,
     prefixes: BudgetSweep | None = None,
+    trained_s: float | None = None,
 ) -> dict[str, System]:
     """Systems of one student checkpoint: its own online path and its controls. A `label` (its run)
     suffixes every name and family; `shared`: the one compression pass the student's k is part of;
-    `prefixes`: the one prefix pass of its group (which holds every budget asked here).
+    `prefixes`: the one prefix pass of its group (which holds every budget asked here); `trained_s`:
+    the wall time of the run that trained it.
 
     The controls are the untrained-gists baseline (the student's body and head, initial gists; gist
     students only) and
@@ -199,9 +229,14 @@ def _gist_systems(
         own = StoredKV(texts_by_id, lambda: student, _own_compress)
     else:  # `student` is the pass's reader of k
         own = StoredKV(
-            texts_by_id, lambda: student, lambda _m, texts: shared.compress(k, texts), shared.forget
+            texts_by_id,
+            lambda: student,
+            lambda _m, texts: shared.compress(k, texts),
+            shared.forget,
+            shared.cost,
         )
-    systems = {main: own.system(SystemFacts(name(with_k=False), t + k), _key(student, "own "), dims)}
+    facts = SystemFacts(name(with_k=False), t + k)
+    systems = {main: own.system(facts, _key(student, "own "), dims, trained_s)}
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
         if student.compressor.learned:  # selection and prefix have no gists to leave untrained
@@ -229,6 +264,7 @@ def _gist_systems(
                 lambda b=budget, pp=prefixes: pp.reader(b),
                 lambda _m, texts, b=budget, pp=prefixes: pp.compress(b, texts),
                 prefixes.forget,
+                prefixes.cost,
             )
             systems[f"prefix {budget} · {main}{tag}"] = control.system(
                 SystemFacts(family, budget, main), _key(prefixes.reader(budget), "prefix "), dims
@@ -279,7 +315,7 @@ def student_systems(
     del groups
     bases: dict[tuple[str, str], GistReranker] = {}
     systems: dict[str, System] = {}
-    for student, label, group in zip(students, labels, group_of, strict=True):
+    for student, path, label, group in zip(students, paths, labels, group_of, strict=True):
         controls, prefixes = prefix_ks, None
         if group is not None:
             prefixes, ks = prefix_passes[group]
@@ -292,7 +328,8 @@ def student_systems(
                 bases[key] = GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
             base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
         shared = passes[group] if group is not None else None
-        systems |= _gist_systems(student, texts_by_id, controls, label, base, shared, prefixes)
+        trained_s = training_seconds(path)
+        systems |= _gist_systems(student, texts_by_id, controls, label, base, shared, prefixes, trained_s)
     return systems
 
 

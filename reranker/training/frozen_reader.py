@@ -51,8 +51,7 @@ from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker, QueryTail, likelihood
 from reranker.data.relevance_data import RelevanceSet
 from reranker.training.objectives import distill_loss
-
-CURVE_FILE = "curve.jsonl"
+from reranker.training.trainer import CURVE_FILE
 
 
 class FrozenGistConfig(BaseModel):
@@ -440,7 +439,9 @@ class FrozenGistTrainer:
             tqdm(total=self.cfg.steps, desc="train gists (frozen reader)", disable=not progress) as bar,
         ):
             while self.step < self.cfg.steps and (deadline is None or time.monotonic() < deadline):
+                start = time.perf_counter()
                 record = self.train_step()
+                record["wall_seconds"] = time.perf_counter() - start
                 curve.append(record)
                 log.write(json.dumps(record) + "\n")
                 log.flush()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -49,6 +50,7 @@ from reranker.training.objectives import Autoencode, Batch, Distill, Listwise, O
 STATE_FILE = "trainer_state.json"
 OPTIM_FILE = "optimizer.safetensors"
 CURVE_KEYS = ("loss", "batch_acc@1", "score_spread")
+CURVE_FILE = "curve.jsonl"  # one JSON record per step, each with its wall time ("wall_seconds")
 Drawn = list[tuple[Query, list[tuple[str, int]]]]  # a step's queries, each with its (item id, label)s
 
 
@@ -260,7 +262,7 @@ class Trainer:
         return record | {name: float(v.detach()) for name, v in losses.items()}
 
     def fit(self, progress: bool = True) -> list[dict[str, float]]:
-        curve_path = self.out / "curve.jsonl"
+        curve_path = self.out / CURVE_FILE
         self.out.mkdir(parents=True, exist_ok=True)
         curve = []
         bar = tqdm(
@@ -268,7 +270,9 @@ class Trainer:
         )
         with curve_path.open("a") as log:
             while self.step < self.cfg.steps:
+                start = time.perf_counter()
                 record = self.train_step()
+                record["wall_seconds"] = time.perf_counter() - start
                 curve.append(record)
                 log.write(json.dumps(record) + "\n")
                 log.flush()
@@ -322,6 +326,18 @@ class Trainer:
         return trainer
 
 
+def training_seconds(checkpoint: str | Path) -> float | None:
+    """Wall time of the run that wrote `checkpoint` (its run folder's curve, every step timed), None when
+    there is no such curve (a shipped checkpoint, a run logged before steps were timed)."""
+    curve = Path(checkpoint).parent / CURVE_FILE
+    if Path(checkpoint).name != "checkpoint" or not curve.is_file():
+        return None
+    records = [json.loads(line) for line in curve.read_text().splitlines() if line.strip()]
+    if not records or any("wall_seconds" not in r for r in records):
+        return None
+    return sum(r["wall_seconds"] for r in records)
+
+
 def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5, keys: Sequence[str] = CURVE_KEYS) -> Path:
     """Learning curves of several runs (label → run folder) in one PNG, one panel per logged field
     (default: total loss, batch acc@1 and within-query score spread), each a running mean over
@@ -332,7 +348,7 @@ def plot_curves(runs: dict[str, Path], out: Path, smooth: int = 5, keys: Sequenc
     import matplotlib.pyplot as plt
 
     curves = {
-        label: [json.loads(line) for line in (Path(run) / "curve.jsonl").read_text().splitlines()]
+        label: [json.loads(line) for line in (Path(run) / CURVE_FILE).read_text().splitlines()]
         for label, run in runs.items()
     }
     logged = {key for curve in curves.values() for row in curve for key in row}
