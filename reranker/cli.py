@@ -452,6 +452,9 @@ def train_gists(
     num_gist: NumGist = 16,
     keep_item_prefix: Annotated[int, typer.Option(help="t: raw item tokens stored before the gists")] = 0,
     adapter_rank: Annotated[int, typer.Option(help="gist adapter rank (0: gist embeddings only)")] = 8,
+    pool_windows: Annotated[
+        bool, typer.Option(help="each gist reads only its own span of the item (GistPool's windows)")
+    ] = False,
     max_item_tokens: Annotated[
         int | None, typer.Option(help="item tokens read (default: the reader's)")
     ] = None,
@@ -491,6 +494,7 @@ def train_gists(
                 "num_gist": num_gist,
                 "keep_item_prefix": keep_item_prefix,
                 "adapter_rank": adapter_rank,
+                "pool_windows": pool_windows,
                 "max_item_tokens": max_item_tokens,
                 "steps": steps,
                 "max_minutes": minutes,

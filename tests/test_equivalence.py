@@ -145,6 +145,36 @@ def test_every_compressor_equals_its_reference_forward(
     assert_scores_equal(model.score(QUERY, kvs), model.reference_scores(QUERY, ITEMS))
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("t", [0, 5])
+def test_gists_under_pooling_windows_equal_their_reference_forward(
+    tiny_bases: dict[str, Path], arch: str, t: int
+) -> None:
+    """GistPool's windows hold in compression and in the reference alike (items of mixed length, one
+    shorter than t + k: empty windows), and they change what the gists hold."""
+    model = reader(tiny_bases[arch], "gist", t=t, gist_pool_windows=True)
+    online = model.score(QUERY, model.compress(ITEMS, batch_size=3))
+    assert_scores_equal(online, model.reference_scores(QUERY, ITEMS))
+    plain = reader(tiny_bases[arch], "gist", t=t)
+    assert not torch.allclose(online, plain.score(QUERY, plain.compress(ITEMS)), atol=1e-3)
+
+
+def test_the_first_gist_reads_only_its_window(tiny_base: Path) -> None:
+    """Under pooling windows, gist 0's K/V (every layer) depends on the item's first span only: other
+    last tokens (same length, so the same spans) leave it exactly as it was, and move it without the
+    windows; the last gist, whose span they are in, moves either way."""
+    for windows in (True, False):
+        model = reader(tiny_base, "gist", k=4, gist_pool_windows=windows)
+        (ids,), _ = model.item_ids(ITEMS[:1])
+        vocab = model.lm.config.vocab_size
+        other_tail = ids[:-3] + [(x + 1) % vocab for x in ids[-3:]]
+        rows = [torch.cat([model.embed(x), model.gist_embeddings]) for x in (ids, other_tail)]
+        gists = torch.arange(len(ids), len(ids) + 4)
+        a, b = model.causal_kv(rows, [gists, gists], gist_rows=4)  # (L, 2, H_kv, 4, h) each
+        assert torch.equal(a[..., 0, :], b[..., 0, :]) == windows
+        assert not torch.equal(a[..., 3, :], b[..., 3, :])
+
+
 @pytest.mark.parametrize("compressor", COMPRESSORS)
 @pytest.mark.parametrize("k", [1, 16])
 def test_every_compressor_equals_its_reference_at_any_budget(

@@ -38,12 +38,13 @@ RULES = {
 }
 
 
-def _with_adapter(reader: GistReranker, t: int = 0, rank: int = 4, seed: int = 0) -> GistReranker:
+def _with_adapter(
+    reader: GistReranker, t: int = 0, rank: int = 4, seed: int = 0, windows: bool = False
+) -> GistReranker:
     """`reader` + k = 3 gists and a gist adapter whose up-projection is random (a fresh one is zero, the
-    reader itself): what a trained student looks like."""
-    gist = GistConfig(
-        **(reader.gist.model_dump() | {"num_gist": 3, "keep_item_prefix": t, "gist_adapter_rank": rank})
-    )
+    reader itself): what a trained student looks like; `windows`: the gists under pooling windows."""
+    layout = {"num_gist": 3, "keep_item_prefix": t, "gist_adapter_rank": rank, "gist_pool_windows": windows}
+    gist = GistConfig(**(reader.gist.model_dump() | layout))
     model = reader.with_gist_config(gist)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -57,12 +58,15 @@ def reader(request: pytest.FixtureRequest, tiny_base: Path) -> GistReranker:
     return GistReranker.from_pretrained(tiny_base, gist, device="cpu")
 
 
+@pytest.mark.parametrize("windows", [False, True])
 @pytest.mark.parametrize("t", [0, 2])
-def test_online_path_equals_the_masked_forward_with_a_trained_adapter(reader: GistReranker, t: int) -> None:
+def test_online_path_equals_the_masked_forward_with_a_trained_adapter(
+    reader: GistReranker, t: int, windows: bool
+) -> None:
     """`score(compress)` equals the reference (item + gists + query under the gist mask, the adapter at
     gist rows only), and the training path (gists over cached item K/V, read by `read_stored`) equals
-    both — training optimises exactly what serving computes."""
-    model = _with_adapter(reader, t)
+    both — training optimises exactly what serving computes, with pooling windows too."""
+    model = _with_adapter(reader, t, windows=windows)
     online = model.score(QUERY, model.compress(ITEMS))
     reference = model.reference_scores(QUERY, ITEMS)
     torch.testing.assert_close(online, reference, rtol=1e-4, atol=1e-4)

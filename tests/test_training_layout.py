@@ -92,10 +92,12 @@ def test_hybrid_autoencode_target_starts_after_the_kept_prefix(
 QUERIES = ["256GB phone 2023", "kettle 1.7 L", "black headphones 2021 over-ear wireless"]
 
 
+@pytest.mark.parametrize("windows", [False, True])
 @pytest.mark.parametrize("t", [0, 5])
-def test_packed_queries_equal_each_query_alone(tiny_base: Path, t: int) -> None:
-    """Several queries in one item row score exactly as each query alone: no query sees another."""
-    gist = GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32")
+def test_packed_queries_equal_each_query_alone(tiny_base: Path, t: int, windows: bool) -> None:
+    """Several queries in one item row score exactly as each query alone: no query sees another (with
+    the gists under pooling windows too)."""
+    gist = GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32", gist_pool_windows=windows)
     model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
     packs = [QUERIES, QUERIES[1:2], QUERIES[::-1], QUERIES[:2]]  # differing counts and lengths per row
     for full in (False, True):

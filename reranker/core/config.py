@@ -68,6 +68,12 @@ class GistConfig(BaseModel):
         description="gist: rank of the residual adapter that acts at gist rows only (core/gist_adapter.py); "
         "0 = none, the gists are read by the body exactly as it reads any token",
     )
+    gist_pool_windows: bool = Field(
+        False,
+        description="gist: gist i reads only the i-th of k equal spans of the item after the prefix, plus "
+        "its first max(t, 1) tokens and the earlier gists (GistPool's pooling windows, core/layout.py); "
+        "False = every gist reads the whole item",
+    )
     select_scorer: Literal["snapkv", "kvzip"] = Field(
         "snapkv",
         description="select: what decides a column's importance — 'snapkv' = the attention the item's last "

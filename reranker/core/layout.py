@@ -24,6 +24,12 @@ Four sequence layouts, one per forward (N rows, k gists, ℓ = query tokens incl
 t = `keep_item_prefix` (0: pure gisting) and p = min(t, j) per item: the hybrid keeps the first t item
 tokens (title and key fields, rendered first) as raw K/V beside the gists so exact tokens survive.
 
+Pooling windows (`gist_pool_windows`, GistPool, arXiv 2504.08934): in every layout that runs the gists,
+gist i reads only the i-th of k equal spans of the item after the prefix (p … j-1), plus the first
+max(p, 1) item tokens (the attention sink and the hybrid prefix) and the earlier gists (`pool_windows`).
+Gisting's plain mask lets every gist read the whole item and, on long items, they crowd onto a few
+tokens; the windows spread them over it, as average pooling does.
+
 Masks are additive floats (0 keep / dtype-min drop): transformers uses a 4D mask as given, and eager
 attention *adds* it, so a boolean mask would be silently wrong there (DESIGN §7).
 """
@@ -57,27 +63,39 @@ def cut_block(item_lens: torch.Tensor, num_gist: int, total: int, keep: int = 0)
 
 
 def training_mask(
-    item_lens: torch.Tensor, num_gist: int, seq_lens: torch.Tensor, total: int, keep: int = 0
+    item_lens: torch.Tensor,
+    num_gist: int,
+    seq_lens: torch.Tensor,
+    total: int,
+    keep: int = 0,
+    windows: bool = False,
 ) -> torch.Tensor:
     """Gist mask of the right-padded training layout → bool `(N, total, total)`.
 
     item_lens: (N,) j per row; seq_lens: (N,) real length per row (j + k + tail); total: padded length;
-    keep: t, item tokens the tail may still read directly.
+    keep: t, item tokens the tail may still read directly; windows: gists under pooling windows.
     """
     allowed = full_mask(seq_lens, total) & ~cut_block(item_lens, num_gist, total, keep)
+    if windows:
+        pool_windows(allowed, item_lens, num_gist, keep)
     # every row keeps its diagonal, so no softmax row is empty (padding rows' outputs are never read)
     return allowed | torch.eye(total, dtype=torch.bool, device=item_lens.device)[None]
 
 
 def packed(
-    item_lens: Sequence[int], num_gist: int, query_lens: Sequence[Sequence[int]], total: int, keep: int | None
+    item_lens: Sequence[int],
+    num_gist: int,
+    query_lens: Sequence[Sequence[int]],
+    total: int,
+    keep: int | None,
+    windows: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Several queries per item sequence (training throughput: the long item runs once, not per query).
 
     Row r: item (j) | gists (k) | query 1 | query 2 | … | pad. Every query block is numbered from j + k,
     exactly where a lone query sits, and sees the item's first `keep` tokens, the gists and itself
     (causally) — never another query and never the rest of the item. `keep=None` is the full-context
-    teacher (k = 0): each block sees the whole item.
+    teacher (k = 0): each block sees the whole item. `windows`: the gists under pooling windows.
 
     Returns position_ids `(N, total)` and allowed `(N, total, total)`, both on the CPU.
     """
@@ -99,7 +117,38 @@ def packed(
             allowed[r, block, :] = visible
             allowed[r, block, block] = _causal(q, torch.device("cpu"))
             start += q
+    if windows and keep is not None:
+        pool_windows(allowed, torch.tensor(list(item_lens)), num_gist, keep)
     return positions, allowed
+
+
+def gist_windows(item_lens: torch.Tensor, num_gist: int, width: int, keep: int = 0) -> torch.Tensor:
+    """Item columns 0 … width-1 each gist may read under pooling windows → bool `(N, k, width)`: gist i
+    the span p + ⌊i(j-p)/k⌋ … p + ⌊(i+1)(j-p)/k⌋ - 1 (p = min(keep, j)), the first max(p, 1) columns,
+    and every column ≥ j (not the item's: the layout's own mask decides those)."""
+    cols = torch.arange(width, device=item_lens.device)[None, None, :]  # (1, 1, W)
+    i = torch.arange(num_gist, device=item_lens.device)[None, :, None]  # (1, k, 1)
+    j = item_lens[:, None, None]  # (N, 1, 1)
+    p = j.clamp(max=keep)
+    start, stop = p + i * (j - p) // num_gist, p + (i + 1) * (j - p) // num_gist
+    return ((cols >= start) & (cols < stop)) | (cols < p.clamp(min=1)) | (cols >= j)
+
+
+def pool_windows(
+    allowed: torch.Tensor,
+    item_lens: torch.Tensor,
+    num_gist: int,
+    keep: int = 0,
+    item_starts: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`allowed` (N, S, S) of a layout with each row's item at columns s … s+j-1 (s = `item_starts`,
+    default 0: right-padded; the left padding in compression) and its k gists right after it → the
+    same mask with the gist rows held to their pooling windows (`gist_windows`), in place."""
+    starts = torch.zeros_like(item_lens) if item_starts is None else item_starts
+    windows = gist_windows(item_lens, num_gist, int(item_lens.max()), keep)  # (N, k, J)
+    for r, (s, j) in enumerate(zip(starts.tolist(), item_lens.tolist(), strict=True)):
+        allowed[r, s + j : s + j + num_gist, s : s + j] &= windows[r, :, :j]
+    return allowed
 
 
 def full_mask(seq_lens: torch.Tensor, total: int) -> torch.Tensor:

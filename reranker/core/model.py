@@ -255,7 +255,8 @@ class GistReranker(GistWeights):
             allowed = layout.full_mask(seq_lens, total)
         else:
             k, t = self.gist.num_gist, self.gist.keep_item_prefix
-            allowed = layout.training_mask(item_lens, k, seq_lens, total, t)  # (N, S, S)
+            windows = self.gist.gist_pool_windows
+            allowed = layout.training_mask(item_lens, k, seq_lens, total, t, windows)  # (N, S, S)
         mask = layout.additive(allowed, self.dtype)  # (N, 1, S, S)
         adapted = nullcontext() if item_lens is None else self.gists_adapted(self.gist_rows(item_lens, total))
         with adapted:
@@ -336,6 +337,7 @@ class GistReranker(GistWeights):
         rows: list[torch.Tensor],
         tail_rows: int = 0,
         tail_mode: Callable[[], AbstractContextManager] = nullcontext,
+        gist_tail: bool = False,
     ) -> tuple[BaseModelOutputWithPast, list[int]]:
         """Run rows of embeddings (S_i, D) causally, left-padded so every row ends in the last slot →
         (the decoder's output with its cache, each row's left padding). `tail_rows`: the last that
@@ -343,11 +345,15 @@ class GistReranker(GistWeights):
         attention, the one implementation that returns attention weights ((N, H_q, tail_rows, S) of
         them, not (N, H_q, S, S), so observing a few rows costs about one ordinary forward), or the
         gist adapter on the gist slots. The output's hidden states then cover those slots only; its
-        cache covers all."""
+        cache covers all. `gist_tail`: the tail rows are the gists after the item, under this model's
+        gist mask (pooling windows when configured)."""
         seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
         total = int(seq_lens.max())
         embeds = torch.stack([torch.nn.functional.pad(r, (0, 0, total - r.shape[0], 0)) for r in rows])
         positions, allowed = layout.left_padded(seq_lens, total)  # (N, S), (N, S, S)
+        if gist_tail and self.gist.gist_pool_windows:
+            item_lens = seq_lens - tail_rows
+            layout.pool_windows(allowed, item_lens, tail_rows, self.gist.keep_item_prefix, total - seq_lens)
         mask = layout.additive(allowed, self.dtype)  # (N, 1, S, S)
         split = total - min(tail_rows, total)
         result = None
@@ -370,7 +376,7 @@ class GistReranker(GistWeights):
         """Run rows of embeddings causally, left-padded (the last `gist_rows` slots of each under the
         gist adapter); per row, the K/V at `slots` (positions counted from the row's first real token)
         → [(L, 2, H_kv, len(slots[i]), h)] in the storage dtype."""
-        result, pads = self.left_padded_forward(rows, gist_rows, self.gists_adapted)
+        result, pads = self.left_padded_forward(rows, gist_rows, self.gists_adapted, gist_tail=gist_rows > 0)
         layers = result.cache.layers  # each: keys / values (B, H_kv, S, h)
         out = []
         for i, (idx, pad) in enumerate(zip(slots, pads, strict=True)):

@@ -37,7 +37,8 @@ def score_packed(
     k = 0 if full else model.gist.num_gist
     total = max(r.shape[0] for r in rows)
     keep = None if full else model.gist.keep_item_prefix
-    positions, allowed = layout.packed([len(i) for i in item_ids], k, query_lens, total, keep)
+    windows = model.gist.gist_pool_windows
+    positions, allowed = layout.packed([len(i) for i in item_ids], k, query_lens, total, keep, windows)
     item_lens = model.token_counts(item_ids)
     adapted = nullcontext() if full else model.gists_adapted(model.gist_rows(item_lens, total))
     with torch.set_grad_enabled(model.training and torch.is_grad_enabled()), adapted:

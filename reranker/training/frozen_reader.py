@@ -63,6 +63,9 @@ class FrozenGistConfig(BaseModel):
     num_gist: int = Field(16, ge=1, le=256, description="k gists per item")
     keep_item_prefix: int = Field(0, ge=0, description="t raw item tokens stored before the gists")
     adapter_rank: int = Field(8, ge=0, description="rank of the gist adapter (0: gist embeddings only)")
+    pool_windows: bool = Field(
+        False, description="each gist reads only its own span of the item (GistPool; core/layout.py)"
+    )
     max_item_tokens: int | None = Field(None, ge=1, description="item tokens read (default: the reader's)")
     steps: int = Field(200, ge=1)
     max_minutes: float | None = Field(
@@ -195,13 +198,16 @@ def reader_scores(
 def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     """The gists' K/V over cached item K/V → (N, L, 2, H_kv, k, h), with gradients into the gist
     embeddings and adapter: k rows at positions j … j+k-1 (the compression layout), every real item
-    column and the earlier gists visible, the gist adapter on every row (they are all gists)."""
+    column (or, under pooling windows, each gist's own) and the earlier gists visible, the gist adapter
+    on every row (they are all gists)."""
     n, width, k = items.shape[0], items.shape[4], model.gist.num_gist
     items = items.to(model.dtype)
     cache = DynamicCache([(items[:, i, 0], items[:, i, 1]) for i in range(model.num_layers)])
     positions = lens[:, None] + torch.arange(k, device=model.device)[None]  # (N, k)
     cols = torch.arange(width, device=model.device)
     item_cols = (cols[None, None, :] < lens[:, None, None]).expand(-1, k, -1)  # (N, k, J)
+    if model.gist.gist_pool_windows:
+        item_cols = item_cols & layout.gist_windows(lens, k, width, model.gist.keep_item_prefix)
     causal = torch.ones(k, k, dtype=torch.bool, device=model.device).tril()[None].expand(n, -1, -1)
     allowed = torch.cat([item_cols, causal], dim=2)  # (N, k, J + k)
     with model.gists_adapted():
@@ -287,6 +293,7 @@ class FrozenGistTrainer:
             "num_gist": cfg.num_gist,
             "keep_item_prefix": cfg.keep_item_prefix,
             "gist_adapter_rank": cfg.adapter_rank,
+            "gist_pool_windows": cfg.pool_windows,
         }
         gist = GistConfig(**(self.reader.gist.model_dump() | update))
         self.model = self.reader.with_gist_config(gist)  # the reader's body, head and score token, shared
