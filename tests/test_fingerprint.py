@@ -170,3 +170,26 @@ def test_removed_config_fields_migrate_at_their_old_default(checkpoint: Path, tm
         else:
             with pytest.raises(ValueError, match=r"gist_read_bias.*commit faba5cc"):
                 GistReranker.from_pretrained(copy, device="cpu")
+
+
+FORMAT_1_FIELDS = {
+    "dtype",
+    "keep_item_prefix",
+    "max_item_tokens",
+    "max_query_tokens",
+    "num_gist",
+    "query_template",
+}
+
+
+def test_a_new_config_field_keeps_every_older_checkpoints_fingerprint(tiny_base: Path) -> None:
+    """A GistConfig field added after format 1 is hashed only off its default (`_LATER_FIELDS`): else
+    every saved checkpoint, the shipped ones included, would stop loading. A new field must be listed
+    there at its default, and setting it must still change the fingerprint."""
+    from reranker.core.weights import _LATER_FIELDS
+
+    assert set(GistConfig.model_fields) == FORMAT_1_FIELDS | set(_LATER_FIELDS)
+    assert all(GistConfig.model_fields[name].default == value for name, value in _LATER_FIELDS.items())
+    plain = GistReranker.from_pretrained(tiny_base, FP32, device="cpu")
+    pooled = plain.with_gist_config(FP32.model_copy(update={"gist_pool_windows": True}))
+    assert pooled.fingerprint != plain.fingerprint

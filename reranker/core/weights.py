@@ -53,6 +53,7 @@ _LATER_FIELDS = {
     "select_pool": 7,
     "gist_adapter_rank": 0,
     "select_scorer": "snapkv",
+    "gist_pool_windows": False,
 }
 # GistConfig fields removed since format 1 (experiments that did not help; last commit with them: faba5cc):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused
