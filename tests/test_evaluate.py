@@ -530,6 +530,34 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
         assert alone_prefix == [r.metrics for r in both.records if r.system == "prefix 3 · select k=3"]
 
 
+def test_students_that_differ_only_in_selection_settings_share_their_prefix_controls(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SnapKV and a KVzip student of one body: prefix caching reads neither setting, so each budget's
+    control is one system for both — the same key, one prefix pass per item."""
+    data = tiny_relevance_set()
+    base = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    )
+    path = base.save_pretrained(tmp_path / "base")
+    specs = [f"{path}?compressor=select{scorer}&num_gist=2" for scorer in ("", "&select_scorer=kvzip")]
+    texts = {i: data.items[i].text for i in data.items}
+    systems = student_systems(specs, texts, prefix_ks=(3,))
+    keys = {name: s.key for name, s in systems.items() if name.startswith("prefix 3")}
+    assert len(keys) == 2 and len(set(keys.values())) == 1
+    prefix_items = []
+    original = PrefixCompressor.compress
+
+    def counted(self: Compressor, model: GistReranker, item_ids: list, budgets: list) -> list:
+        prefix_items.extend(item_ids)
+        return original(self, model, item_ids, budgets)
+
+    monkeypatch.setattr(PrefixCompressor, "compress", counted)
+    evaluate(data, path, specs, tmp_path / "eval", device="cpu", prefix_ks=(3,))
+    test_items = {i for q in data.split("test").queries for i, _ in data.candidates(q.query_id)}
+    assert len(prefix_items) == len(test_items)  # one prefix pass per item, not one per student
+
+
 def test_a_prefix_student_is_not_its_own_control(tiny_base: Path, tmp_path: Path) -> None:
     """A prefix-caching student's control at its own budget, read by its own body, would be the
     student again: only the other budgets are its controls (none asked: no control, no error)."""

@@ -53,12 +53,18 @@ def untrained_gists(model: GistReranker) -> GistReranker:
     return model.with_gist_config(model.gist)
 
 
+# Reading settings that only another compressor reads: a prefix control drops them, so the controls of
+# students that differ only there (a SnapKV and a KVzip student of one body) are one system, scored once.
+_NOT_PREFIX_SETTINGS = ("select_scorer", "select_window", "select_pool", "gist_pool_windows")
+
+
 def prefix_config(gist: GistConfig, budget: int) -> GistConfig:
     """`gist` set up to store prefix caching of `budget` positions per item: the "prefix" compressor with
     t = 0, k = `budget` — the K/V of the item's first min(budget, j) tokens, the query right after them
     (an item shorter than the budget is stored whole)."""
     update = {"num_gist": budget, "keep_item_prefix": 0, "compressor": "prefix"}
-    return GistConfig(**(gist.model_dump() | update))
+    defaults = {name: GistConfig.model_fields[name].default for name in _NOT_PREFIX_SETTINGS}
+    return GistConfig(**(gist.model_dump() | defaults | update))
 
 
 def prefix_reader(model: GistReranker, budget: int) -> GistReranker:
