@@ -27,8 +27,9 @@ MINUTES=${MINUTES:-}  # a fixed wall-time slot (e.g. one lent GPU): training sto
 CONFIG=${CONFIG:-configs/frozen_gists/ap89.json}  # further FrozenGistConfig fields (lists per step, lr, …)
 CACHE_DIR=${CACHE_DIR-$OUT/item-kv}  # empty: the item K/V stays in memory (MEMORY_ITEMS units)
 MEMORY_ITEMS=${MEMORY_ITEMS:-256}
+POOL_WINDOWS=${POOL_WINDOWS:-}  # non-empty: each gist reads only its own span of the item (GistPool)
 READER=${READER:-gistrank-base-ql-prefix64}  # default: the default model, whose reader is the untouched base; or gistrank-teacher-lora (head rule)
-RUN=$OUT/gists-frozen-k$K-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}-$DEVICE
+RUN=$OUT/gists-frozen-k$K${POOL_WINDOWS:+-pool}-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}-$DEVICE
 
 set_for() { echo "data/ap89-${1/:/-}"; }
 for CANDS in $SETS; do
@@ -39,7 +40,8 @@ done
 [ -d "$RUN/checkpoint" ] || "$GISTRANK" train-gists --reader "$READER" --data "$(set_for judged:20)" \
   --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \
   --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} ${CONFIG:+--config "$CONFIG"} \
-  ${CACHE_DIR:+--cache-dir "$CACHE_DIR"} --memory-items "$MEMORY_ITEMS" --out "$RUN"
+  ${CACHE_DIR:+--cache-dir "$CACHE_DIR"} --memory-items "$MEMORY_ITEMS" ${POOL_WINDOWS:+--pool-windows} \
+  --out "$RUN"
 # every system is read by the trained run's body — the frozen reader, in the dtype it was trained in
 # (the gists and their adapter act on gist rows only, so the checkpoint's full-context forward is the
 # reader's own): the reference, trained and untrained gists, prefix caching, and selection
