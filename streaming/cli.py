@@ -187,10 +187,11 @@ def publish(
         PublishError,
         check_event_file,
         publish_catalog,
-        publish_file,
+        publish_events,
+        read_event_file,
     )
 
-    if file is not None:  # every line checked before any broker is asked
+    if file is not None:  # every line checked before any broker is asked: nothing is sent if one is bad
         try:
             check_event_file(file)
         except EventFileError as exc:
@@ -200,7 +201,7 @@ def publish(
         ensure_topics(settings, partitions)
     try:
         if file is not None:
-            count = publish_file(settings, file)
+            count = publish_events(settings, read_event_file(file))
         else:
             with Catalog(catalog_url) as catalog:
                 count = publish_catalog(settings, catalog, since_version)

@@ -129,9 +129,3 @@ def check_event_file(path: str | Path) -> None:
     """Every line of the file valid, else `EventFileError` naming the first bad one."""
     for _ in read_event_file(path):
         pass
-
-
-def publish_file(settings: KafkaSettings, path: str | Path) -> int:
-    """Validate the whole file first (nothing is sent if a line is bad), then publish it in file order."""
-    check_event_file(path)
-    return publish_events(settings, read_event_file(path))
