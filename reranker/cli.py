@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -29,6 +30,7 @@ from streaming.cli import (
     rollout_app,
 )
 
+GainChoice = StrEnum("GainChoice", {name: name for name in GAIN_FORMULA})  # eval --gain
 HOME = home()  # $GISTRANK_HOME: the state folder (reranker/core/home.py)
 RUNS = HOME / "runs"  # default output of benches, evals, plots
 
@@ -692,8 +694,9 @@ def evaluate(
         int | None, typer.Option(min=1, help="only the split's first N queries (a slice sized to the CPU)")
     ] = None,
     gain: Annotated[
-        str, typer.Option(help="nDCG gain: linear (the label, trec_eval's) | exponential (2^label − 1)")
-    ] = "linear",
+        GainChoice,
+        typer.Option(help="nDCG gain: linear (the label, trec_eval's) | exponential (2^label − 1)"),
+    ] = GainChoice.linear,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG.
 
@@ -703,8 +706,6 @@ def evaluate(
 
     if not student and not shadow_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --shadow-model")
-    if gain not in GAIN_FORMULA:
-        raise typer.BadParameter(f"{gain!r} is not one of {sorted(GAIN_FORMULA)}", param_hint="--gain")
     if data != "synthetic" and max_item_tokens is not None:
         raise typer.BadParameter(
             "shapes the synthetic set only; read a --data set's items to N tokens with REF?max_item_tokens=N",
@@ -728,7 +729,7 @@ def evaluate(
         control_base=control_base,
         run_dir=run_dir,
         max_queries=max_queries,
-        gain=gain,  # type: ignore[arg-type]  # checked against GAIN_FORMULA above
+        gain=gain.value,  # type: ignore[arg-type]  # one of GAIN_FORMULA's keys
     )
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot
