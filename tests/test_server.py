@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import alive, wait_until
 
 from reranker.core.checkpoints import (
     DEFAULT_MODEL,
@@ -27,6 +29,8 @@ from reranker.serving.server import (
     read_parameters,
     server_env,
     set_parameters,
+    start_group,
+    stop_group,
     write_backends,
     write_repository,
 )
@@ -84,3 +88,24 @@ def test_server_env_puts_this_interpreter_first(tmp_path: Path) -> None:
     stub = backends / "python" / "triton_python_backend_stub"
     assert stub.is_file() and os.access(stub, os.X_OK)
     assert (backends / "python" / "libtriton_python.so").is_file()
+
+
+def test_stop_group_kills_what_outlives_the_leader(tmp_path: Path) -> None:
+    """A leader that exits on SIGTERM with a child that ignores it (a Triton that gave up on a stub whose
+    finalize hangs): after `stop_group` neither is running."""
+    child = (
+        "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+    )
+    leader = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1]]); time.sleep(600)"
+    )
+    pid_file = tmp_path / "child.pid"
+    with open(tmp_path / "log", "wb") as log:
+        process = start_group([sys.executable, "-c", leader, str(pid_file)], log, os.environ)
+    wait_until(lambda: pid_file.is_file() and pid_file.read_text(), 30, "the child to start")
+    child_pid = int(pid_file.read_text())
+    assert os.getpgid(child_pid) == process.pid != os.getpgid(0)  # its own group, the child in it
+    assert stop_group(process, timeout_s=10) == -signal.SIGTERM
+    wait_until(lambda: not alive(child_pid), 10, "the child that ignored SIGTERM to be killed")

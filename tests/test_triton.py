@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import typer
-from helpers import catalog_row, wait_until
+from helpers import catalog_row, processes_naming, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -594,7 +594,10 @@ def test_no_password_in_tritons_config_or_in_any_log(server: Endpoints) -> None:
 
 def test_serve_stops_on_sigterm(server: Endpoints) -> None:  # last: it stops the module's server
     assert server.startup_s > 0
+    stubs = [c for c in processes_naming(str(server.run_dir)) if "triton_python_backend_stub" in c]
+    assert len(stubs) == 2, stubs  # one per model (one instance each), named by their run folder
     assert server.serve.stop() == 0
     assert "stopping tritonserver" in server.serve.output
+    assert processes_naming(str(server.run_dir)) == []  # tritonserver and both models' Python stubs
     with pytest.raises(RerankError), RerankClient(server.http, timeout_s=2) as c:
         c.rerank(QUERY, [IDS[0]])

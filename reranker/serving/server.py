@@ -9,7 +9,9 @@ What a run needs, and why (DESIGN §7):
 * `PYTHONPATH` = project root + this interpreter's site-packages, and `PATH` starting with its bin dir,
   so the stub's embedded Python imports the project and the pinned packages (numpy < 2) of this venv.
 * Every endpoint (HTTP, gRPC, Triton metrics, the model's own exporter) bound to 127.0.0.1 by default.
-* Stop with SIGTERM: Triton unloads the models (their `finalize` runs) and exits.
+* Stop with SIGTERM: Triton unloads the models (their `finalize` runs) and exits. It runs as the leader
+  of its own process group, which its Python stubs join, so whatever of the group outlives it is killed
+  (`stop_group`): a stub whose `finalize` never returns is left behind by a Triton that gives up waiting.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import IO, Self
 
 from reranker.core.checkpoints import default_shadow
 from reranker.core.home import default_catalog_url
@@ -265,6 +267,43 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 
 
 # ---------------------------------------------------------------------------------------- the server
+def start_group(command: list[str], log: IO[bytes], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """`command` started as the leader of a new process group (and session), output into `log`: what it
+    starts — Triton's Python stubs — stays in that group, for `stop_group` to end."""
+    return subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=dict(env),
+        start_new_session=True,
+    )
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """SIGTERM the leader started by `start_group` and wait up to `timeout_s` (SIGKILL after), then SIGKILL
+    whatever of its group is left → the leader's exit code.
+
+    Triton stops after its exit timeout even when a model's `finalize` has not returned, and that model's
+    stub then lives on as an orphan (ignoring SIGTERM, holding the model's memory): the group kill is what
+    guarantees nothing of a stopped server keeps running."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.error("tritonserver ignored SIGTERM for %.0f s; killing it", timeout_s)
+            process.kill()
+            process.wait()
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # the group's id is the leader's pid
+    except ProcessLookupError:
+        pass  # the usual case: every stub ended with its model
+    else:
+        logger.warning("killed what outlived tritonserver in its process group (a model's stub)")
+    return process.returncode
+
+
 class TritonServer:
     """tritonserver running the GistRank repository; a context manager (start on enter, stop on exit)."""
 
@@ -311,13 +350,7 @@ class TritonServer:
         command = tritonserver_args(s, repo, backends, str(tritonserver_binary()))
         logger.info("starting %s (log %s)", " ".join(command), self.log_path)
         with open(self.log_path, "wb") as log:
-            self._process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=server_env() | s.secret_env(),
-            )
+            self._process = start_group(command, log, server_env() | s.secret_env())
         try:
             self._wait_ready(timeout_s)
         except BaseException:
@@ -348,17 +381,7 @@ class TritonServer:
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM, wait for Triton to unload the models and exit; SIGKILL only if it does not in time."""
         process, self._process = self._process, None
-        code = None
-        if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    logger.error("tritonserver ignored SIGTERM for %.0f s; killing it", timeout_s)
-                    process.kill()
-                    process.wait()
-            code = process.returncode
+        code = None if process is None else stop_group(process, timeout_s)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
