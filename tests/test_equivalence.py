@@ -122,6 +122,8 @@ def test_reconfiguring_keeps_trained_gists_only_for_the_same_layout(tiny_model: 
     assert same.fingerprint != tiny_model.fingerprint  # another config: its K/V is not interchangeable
     with pytest.raises(ValueError, match="trained gists have k=4"):
         tiny_model.with_gist_config(longer.model_copy(update={"num_gist": 8}), keep_gists=True)
+    with pytest.raises(ValueError, match="gist_pool_windows=False"):  # windows change what a gist reads
+        tiny_model.with_gist_config(longer.model_copy(update={"gist_pool_windows": True}), keep_gists=True)
 
 
 # ------------------------------------------- every compressor: one equivalence test, the same pitfalls
@@ -157,6 +159,23 @@ def test_gists_under_pooling_windows_equal_their_reference_forward(
     assert_scores_equal(online, model.reference_scores(QUERY, ITEMS))
     plain = reader(tiny_bases[arch], "gist", t=t)
     assert not torch.allclose(online, plain.score(QUERY, plain.compress(ITEMS)), atol=1e-3)
+
+
+def test_a_reference_reads_a_base_with_untrained_pooled_gists(tiny_base: Path, tmp_path: Path) -> None:
+    """`BASE?compressor=gist&gist_pool_windows=true` is the base with its seeded gists under pooling
+    windows (a compressor that needs no training; GistConfig fingerprints it), while a trained checkpoint
+    is not read back under windows it was not trained with."""
+    spec = f"{tiny_base}?compressor=gist&num_gist=4&gist_pool_windows=true"
+    by_reference = GistReranker.from_pretrained(spec, GistConfig(dtype="float32"), device="cpu")
+    built = reader(tiny_base, "gist", gist_pool_windows=True)
+    assert by_reference.gist.gist_pool_windows and by_reference.fingerprint == built.fingerprint
+    for got, want in zip(by_reference.compress(ITEMS), built.compress(ITEMS), strict=True):
+        assert torch.equal(got.kv, want.kv)
+    plain = reader(tiny_base, "gist")
+    assert plain.fingerprint != built.fingerprint
+    saved = plain.save_pretrained(tmp_path / "plain")
+    with pytest.raises(ValueError, match="gist_pool_windows=False"):
+        GistReranker.from_pretrained(f"{saved}?gist_pool_windows=true", device="cpu")
 
 
 def test_the_first_gist_reads_only_its_window(tiny_base: Path) -> None:

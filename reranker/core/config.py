@@ -122,9 +122,10 @@ class GistConfig(BaseModel):
             )
 
     @property
-    def slot_layout(self) -> tuple[int, int]:
-        """(k, t): the shape of learned gists — trained gists are only read back under the same one."""
-        return self.num_gist, self.keep_item_prefix
+    def slot_layout(self) -> tuple[int, int, bool]:
+        """(k, t, pooling windows): the shape of learned gists and what each reads — trained gists are
+        only read back under the same one."""
+        return self.num_gist, self.keep_item_prefix, self.gist_pool_windows
 
     @property
     def query_reading(self) -> dict[str, str]:

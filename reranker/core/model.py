@@ -138,11 +138,14 @@ class GistReranker(GistWeights):
     def with_gist_config(self, gist: GistConfig, keep_gists: bool = False) -> GistReranker:
         """The same body (shared, not copied), score token and head under `gist`, with that config's
         untrained gists (a warm start for a student, the "untrained gists" baseline) — or with these
-        trained gists when `keep_gists` and the gist layout (k, t) is unchanged: the same model read
+        trained gists when `keep_gists` and the gist layout (k, t, windows) is unchanged: the same model read
         with other settings, e.g. a longer item cap or another compressor."""
         other = GistReranker(self.lm, self.tokenizer, gist, self.base_ref)
         if keep_gists and gist.slot_layout != self.gist.slot_layout:
-            raise ValueError(f"trained gists have k={self.gist.num_gist}, t={self.gist.keep_item_prefix}")
+            raise ValueError(
+                f"trained gists have k={self.gist.num_gist}, t={self.gist.keep_item_prefix}, "
+                f"gist_pool_windows={self.gist.gist_pool_windows}"
+            )
         if keep_gists and gist.gist_adapter_rank != self.gist.gist_adapter_rank:
             raise ValueError(f"trained gists have gist_adapter_rank={self.gist.gist_adapter_rank}")
         with torch.no_grad():

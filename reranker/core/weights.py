@@ -167,8 +167,8 @@ class GistWeights(nn.Module):
         if not same_layout and compressor_for(config.compressor).learned:
             raise ValueError(
                 f"{source}: its gists were trained with k={self.gist.num_gist}, "
-                f"t={self.gist.keep_item_prefix}; read it with another k or t only through compressor=select "
-                "or prefix"
+                f"t={self.gist.keep_item_prefix}, gist_pool_windows={self.gist.gist_pool_windows}; read it "
+                "with another k, t or windows only through compressor=select or prefix"
             )
         return self.with_gist_config(config, keep_gists=same_layout)  # type: ignore[attr-defined]
 

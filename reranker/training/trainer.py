@@ -140,7 +140,7 @@ class Trainer:
     @staticmethod
     def _initial_model(cfg: TrainConfig, device: str | None) -> GistReranker:
         """`init` (a checkpoint) or `base`. A warm start takes the init's body, score token and head,
-        and its gists when they have this run's layout (same k and t: an autoencoding stage's
+        and its gists when they have this run's layout (same k, t and windows: an autoencoding stage's
         checkpoint; the item cap and dtype may differ); else the gists start fresh."""
         if cfg.init is None:
             return GistReranker.from_pretrained(cfg.base, cfg.gist, device=device)

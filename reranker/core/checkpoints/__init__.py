@@ -56,6 +56,7 @@ SPEC_SETTINGS = (
     "compressor",
     "num_gist",
     "keep_item_prefix",
+    "gist_pool_windows",  # base?compressor=gist&gist_pool_windows=true: untrained pooled gists, no training
     "max_item_tokens",
     "select_window",
     "select_pool",
