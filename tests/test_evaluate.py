@@ -235,10 +235,14 @@ def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
         return [replace(r, system="") for r in res.records if r.system == system]
 
     controls = ["untrained gists k=2", "prefix 1 · gist k=2", "prefix 2 · gist k=2"]
+    # the untouched base's gists are untrained: it is its own untrained-gists control
+    as_alone = {"untrained gists k=2": "gist k=2"}
     for control in controls:
         base_read = f"{control} · untouched base"
         assert result.systems[base_read].control_of == "gist k=2"
-        assert rows(result, base_read) == rows(alone, control) and len(rows(alone, control)) == 2
+        same = as_alone.get(control, control)
+        assert rows(result, base_read) == rows(alone, same) and len(rows(alone, same)) == 2
+    assert "untrained gists k=2" not in alone.systems
     assert rows(result, "gist k=2") != rows(alone, "gist k=2")  # the student did train its body
     paired = {row.control: row for row in paired_differences(result.records, result.systems)}
     assert set(paired) == {c + tag for c in controls for tag in ("", " · untouched base")}
@@ -256,7 +260,11 @@ def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
     )
     for control in controls:
         for run in ("student", "untouched"):
-            assert rows(pair, f"{control} · {run} · untouched base") == rows(alone, control)
+            name = f"{control} · {run} · untouched base"
+            if run == "untouched" and control in as_alone:  # that student is its own untrained control
+                assert name not in pair.systems
+                continue
+            assert rows(pair, name) == rows(alone, as_alone.get(control, control))
 
 
 # ------------------------------------------------------------------ BM25 IDF, short items, failures
@@ -404,9 +412,9 @@ def test_evaluate_records_a_failed_system_and_goes_on(
     failed = {"prefix 1 · gist k=2", "prefix 2 · gist k=2"}
     assert set(result.errors) == failed
     assert result.errors["prefix 1 · gist k=2"].startswith("EmptyInputError: items [1]")
-    scored = {"teacher", "bm25", "no item", "gist k=2", "untrained gists k=2"}
+    scored = {"teacher", "bm25", "no item", "gist k=2"}  # untrained gists: the student is its own control
     assert scored | {"teacher + bm25", "gist k=2 + bm25"} == set(result.summary)
-    assert not failed & set(result.systems) and len(result.records) == 7 * 2
+    assert not failed & set(result.systems) and len(result.records) == 6 * 2
     saved = json.loads((out / "results.json").read_text())
     assert saved["errors"] == result.errors and EvalResult.from_json(saved) == result
     report = (out / "report.md").read_text()
@@ -478,8 +486,9 @@ def test_a_rerun_scores_only_what_the_cache_lacks(
         monkeypatch.setattr(GistReranker, method, counted)
     second = evaluate(data, model, [model], tmp_path / "b", device="cpu", prefix_ks=(1,), run_dir=runs)
     new_query = data.split("test").queries[1].text
-    # teacher once; the student, its untrained gists and two prefix controls once each: the new query only
-    assert sorted(called) == [("score", new_query)] * 4 + [("score_full", new_query)]
+    # teacher once; the student (untrained: its own gists control) and two prefix controls once each: the
+    # new query only
+    assert sorted(called) == [("score", new_query)] * 3 + [("score_full", new_query)]
     monkeypatch.undo()
     fresh = evaluate(data, model, [model], tmp_path / "c", device="cpu", prefix_ks=(1,))
     assert sorted(map(repr, second.records)) == sorted(map(repr, fresh.records))
@@ -575,6 +584,28 @@ def test_a_prefix_student_is_not_its_own_control(tiny_base: Path, tmp_path: Path
     assert controls(with_other) == {"prefix 1 · prefix k=2": "prefix k=2"}
     alone = evaluate(data, spec, [spec], tmp_path / "b", device="cpu", prefix_ks=())
     assert "prefix k=2" in alone.systems and controls(alone) == {}
+
+
+def test_untrained_pooled_gists_are_their_own_control(tiny_base: Path, tmp_path: Path) -> None:
+    """A base read with `compressor=gist&gist_pool_windows=true` (no training) is named for its windows
+    and has prefix controls but no untrained-gists control (it would be itself); once its gists move
+    the control is back."""
+    data = tiny_relevance_set()
+    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    base = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "base")
+    spec = f"{tiny_base}?compressor=gist&num_gist=2&max_item_tokens=48&gist_pool_windows=true"
+    result = evaluate(data, base, [spec], tmp_path / "eval", device="cpu", prefix_ks=(1,), max_queries=1)
+    controls = {name: f.control_of for name, f in result.systems.items() if f.control_of}
+    assert controls == {
+        "prefix 1 · gist pooled k=2": "gist pooled k=2",
+        "prefix 2 · gist pooled k=2": "gist pooled k=2",
+    }
+    trained = GistReranker.from_pretrained(spec, device="cpu")
+    with torch.no_grad():
+        trained.gist_embeddings.add_(0.01)
+    moved = trained.save_pretrained(tmp_path / "moved")
+    again = evaluate(data, base, [moved], tmp_path / "again", device="cpu", prefix_ks=(1,), max_queries=1)
+    assert again.systems["untrained gists pooled k=2"].control_of == "gist pooled k=2"
 
 
 def test_a_stopped_evaluation_keeps_its_finished_queries(

@@ -14,6 +14,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
+import torch
+
 from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
 from reranker.data.relevance_data import CollectionStats, bm25_terms, collection_stats
@@ -51,6 +53,14 @@ def untrained_gists(model: GistReranker) -> GistReranker:
     """`model`'s body and head with its initial gist embeddings (its fingerprint rightly differs: K/V of
     one set of gists must not be read by a model holding the other)."""
     return model.with_gist_config(model.gist)
+
+
+def gists_untrained(model: GistReranker) -> bool:
+    """`model`'s gists are its seeded initial ones and its gist adapter adds nothing: a base read with
+    `compressor=gist` (e.g. untrained pooled gists), which is its own untrained-gists control."""
+    initial = model.initial_gist_embeddings(model.lm, model.gist.num_gist).to(model.gist_embeddings)
+    adapter = model.gist_adapter
+    return torch.equal(model.gist_embeddings, initial) and (adapter is None or not adapter.up.any())
 
 
 # Reading settings that only another compressor reads: a prefix control drops them, so the controls of

@@ -33,6 +33,7 @@ from reranker.evaluation.baselines import (
     BM25_B,
     BM25_K1,
     bm25_scores,
+    gists_untrained,
     prefix_config,
     prefix_reader,
     untrained_gists,
@@ -71,9 +72,11 @@ class System:
 
 
 def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
-    """E.g. `gist t=32 k=8`; without k it names a plot line (one point per trained k)."""
+    """E.g. `gist t=32 k=8`, `gist pooled k=64` (GistPool's windows); without k it names a plot line (one
+    point per trained k)."""
     parts = [
         family,
+        "pooled" if gist.gist_pool_windows and "gist" in family else "",
         f"t={gist.keep_item_prefix}" if gist.keep_item_prefix else "",
         f"k={gist.num_gist}" if with_k else "",
     ]
@@ -239,7 +242,8 @@ def _gist_systems(
     systems = {main: own.system(facts, _key(student, "own "), dims, trained_s)}
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
-        if student.compressor.learned:  # selection and prefix have no gists to leave untrained
+        # selection and prefix have no gists to leave untrained; untrained gists are their own control
+        if student.compressor.learned and not gists_untrained(student):
             untrained = StoredKV(texts_by_id, lambda r=reader: untrained_gists(r), _own_compress)
             systems[name("untrained gists") + tag] = untrained.system(
                 SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
