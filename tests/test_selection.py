@@ -164,7 +164,7 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
     assert longer.fingerprint != trained.fingerprint
     with pytest.raises(ValueError, match="trained with k=4"):
         GistReranker.from_pretrained(model_spec(ckpt, num_gist=8), device="cpu")
-    with pytest.raises(ValueError, match="another k or t"):
+    with pytest.raises(ValueError, match="another k, t or windows"):
         GistReranker.from_pretrained(model_spec(ckpt, keep_item_prefix=3), device="cpu")
     hybrid = GistReranker.from_pretrained(
         model_spec(ckpt, compressor="select", keep_item_prefix=3), device="cpu"
