@@ -136,6 +136,22 @@ class _Consumers:
                 proc.wait()
 
 
+@dataclass
+class _Rig:
+    """What the change stream and its faults act on: the soak's broker, consumers and model, its seeded
+    randomness, its report and its progress line."""
+
+    config: SoakConfig
+    settings: KafkaSettings
+    broker: KafkaBroker
+    consumers: _Consumers
+    model: GistReranker
+    workdir: Path
+    rng: random.Random
+    report: SoakReport
+    say: Callable[[str], None]
+
+
 def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = print) -> SoakReport:
     """Run the soak in `workdir` (emptied first); see the module docstring."""
     from reranker.core.config import GistConfig
@@ -167,6 +183,7 @@ def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = pri
     consume += ["--feast-dir", str(workdir / "feast"), "--catalog-url", catalog_url, "--no-create-topics"]
     consume += ["--batch-size", "32", "--compress-batch-size", "16"]
     consumers = _Consumers(consume, env, workdir / "logs")
+    rig = _Rig(config, settings, broker, consumers, model, workdir, rng, report, say)
     stop_reading = threading.Event()
     try:
         for _ in range(config.consumers):
@@ -178,7 +195,7 @@ def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = pri
                 daemon=True,
             )
             reader.start()
-            _produce(config, settings, catalog, broker, consumers, rng, report, workdir, model, say)
+            _produce(rig, catalog)
             say(f"published {report.events} changes; waiting for the consumers to commit them all")
             _drain(settings, settings.group_for(model.fingerprint), consumers, config.drain_timeout_s)
             consumers.stop()
@@ -194,20 +211,10 @@ def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = pri
     return report
 
 
-def _produce(
-    config: SoakConfig,
-    settings: KafkaSettings,
-    catalog: Catalog,
-    broker: KafkaBroker,
-    consumers: _Consumers,
-    rng: random.Random,
-    report: SoakReport,
-    workdir: Path,
-    model: GistReranker,
-    say: Callable[[str], None],
-) -> None:
+def _produce(rig: _Rig, catalog: Catalog) -> None:
     """Write the changes to the catalog and publish them, paced over `produce_s`; the faults fire at
     evenly spread points of the stream."""
+    config, settings, rng, report = rig.config, rig.settings, rig.rng, rig.report
     n = config.events
     faults: dict[int, str] = {}
     for k in range(config.consumer_kills):
@@ -246,8 +253,8 @@ def _produce(
             fault = faults.get(i)
             if fault is not None:
                 publisher = _flush(publisher, settings, pending)
-                say(f"{i + 1}/{n} changes: {fault}")
-                _fault(fault, broker, consumers, rng, report, workdir, model)
+                rig.say(f"{i + 1}/{n} changes: {fault}")
+                _fault(rig, fault)
     finally:
         publisher.close()
 
@@ -268,34 +275,27 @@ def _flush(publisher: EventPublisher, settings: KafkaSettings, pending: list[Cha
                 publisher.send(event)
 
 
-def _fault(
-    fault: str,
-    broker: KafkaBroker,
-    consumers: _Consumers,
-    rng: random.Random,
-    report: SoakReport,
-    workdir: Path,
-    model: GistReranker,
-) -> None:
+def _fault(rig: _Rig, fault: str) -> None:
+    report = rig.report
     if fault == "kill consumer":
-        consumers.kill_one(rng)
+        rig.consumers.kill_one(rig.rng)
         report.consumer_kills += 1
     elif fault == "kill broker":
-        broker.kill()
+        rig.broker.kill()
         time.sleep(2.0)
-        broker.start()
+        rig.broker.start()
         report.broker_kills += 1
     elif fault == "join consumer":
-        consumers.start()
+        rig.consumers.start()
         report.consumers_joined += 1
     elif fault == "gc":
         # another model declared live: the soak's own view is being served, so gc must refuse to drop it
         other = "f" * 32
         gc = [sys.executable, "-m", "streaming.cli", "rollout", "gc", "--fingerprint", other]
         result = subprocess.run(
-            [*gc, "--feast-dir", str(workdir / "feast")], capture_output=True, text=True, check=False
+            [*gc, "--feast-dir", str(rig.workdir / "feast")], capture_output=True, text=True, check=False
         )
-        report.gc_refused = result.returncode == 1 and f"refuse {model.fingerprint}" in result.stdout
+        report.gc_refused = result.returncode == 1 and f"refuse {rig.model.fingerprint}" in result.stdout
 
 
 def _serve_reads(
