@@ -76,7 +76,7 @@ def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) ->
     point per trained k)."""
     parts = [
         family,
-        "pooled" if gist.gist_pool_windows and "gist" in family else "",
+        "pooled" if gist.gist_pool_windows and gist.compressor == "gist" else "",  # windows act on gists only
         f"t={gist.keep_item_prefix}" if gist.keep_item_prefix else "",
         f"k={gist.num_gist}" if with_k else "",
     ]

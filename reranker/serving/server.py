@@ -379,7 +379,8 @@ class TritonServer:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM, wait for Triton to unload the models and exit; SIGKILL only if it does not in time."""
+        """SIGTERM, wait for Triton to unload the models and exit (SIGKILL only if it does not in time), then
+        kill what is left of its process group (`stop_group`)."""
         process, self._process = self._process, None
         code = None if process is None else stop_group(process, timeout_s)
         if self._tmp is not None:
