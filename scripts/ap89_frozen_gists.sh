@@ -44,15 +44,12 @@ done
   --out "$RUN"
 # every system is read by the trained run's body — the frozen reader, in the dtype it was trained in
 # (the gists and their adapter act on gist rows only, so the checkpoint's full-context forward is the
-# reader's own): the reference, trained and untrained gists, prefix caching, and selection
+# reader's own): the reference, trained and untrained gists, prefix caching, selection and the hybrid
 CKPT=$RUN/checkpoint
-SYSTEMS=(--student "$CKPT")
-for k in $KS; do
-  SYSTEMS+=(--prefix-k "$k"
-    --student "$CKPT?compressor=select&num_gist=$k"
-    --student "$CKPT?compressor=select&select_scorer=kvzip&num_gist=$k"
-    --student "$CKPT?compressor=select&select_scorer=kvzip&keep_item_prefix=$((k / 2))&num_gist=$((k / 2))")
-done
+# shellcheck source=scripts/compressed_systems.sh
+source scripts/compressed_systems.sh
+# shellcheck disable=SC2086  # KS: a list of budgets
+compressed_systems "$CKPT" $KS
 for CANDS in $SETS; do
   NAME=$(basename "$(set_for "$CANDS")")
   "$GISTRANK" eval --data "$(set_for "$CANDS")" --split dev --max-queries "$MAX_QUERIES" \
