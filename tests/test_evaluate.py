@@ -138,6 +138,7 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     assert set(saved["records"][0]) == {"system", "query_id", "hard", "length_quartile", *METRICS}
     report = (out / "report.md").read_text()
     assert all(system in report for system in systems)
+    assert "Recall" not in report  # the reference's top K kept is overlap@K, not the IR recall
     assert {p.name for p in out.glob("*.png")} == {
         "recall_at_5_vs_k.png",
         "recall_at_10_vs_k.png",

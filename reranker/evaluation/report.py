@@ -158,7 +158,8 @@ def markdown_report(result: EvalResult) -> str:
             ]
             lines.append(f"| {row.student} | {row.control} | " + " | ".join(cells) + " |")
     cuts = result.length_quartile_cuts_tokens
-    lines += ["", "Recall@5 by item-length quartile (tokens of the query's best item):", ""]
+    by_length = f"{header('recall@5').capitalize()} by item-length quartile"
+    lines += ["", f"{by_length} (tokens of the query's best item):", ""]
     quarts = sorted(cuts)
     lines.append("| system | " + " | ".join(f"Q{q} ({cuts[q][0]}–{cuts[q][1]})" for q in quarts) + " |")
     lines.append("|---|" + "---|" * len(quarts))
