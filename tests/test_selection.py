@@ -175,6 +175,13 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
     ]
     with pytest.raises(ValueError, match="unknown settings"):
         GistReranker.from_pretrained(f"{ckpt}?dtype=float16", device="cpu")
+    # a setting only another compressor reads would be ignored, yet change the fingerprint: refused
+    with pytest.raises(ValueError, match=r"reads compressor=prefix, .* select_scorer by compressor=select"):
+        split_spec(f"{ckpt}?compressor=prefix&select_scorer=kvzip")
+    with pytest.raises(ValueError, match="gist_pool_windows by compressor=gist"):
+        model_spec("gistrank-base-ql-prefix64", gist_pool_windows=True)  # the preset reads prefix caching
+    pooled = split_spec("gistrank-base-ql-prefix64?compressor=gist&gist_pool_windows=true")[1]
+    assert (pooled["compressor"], pooled["gist_pool_windows"]) == ("gist", "true")
     shadow = default_shadow(model_spec("gistrank-hybrid-t32-k8", max_item_tokens=1024))
     assert shadow == "gistrank-teacher-lora?max_item_tokens=1024"
 

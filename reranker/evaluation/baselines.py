@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from reranker.core.config import GistConfig
+from reranker.core.config import COMPRESSOR_SETTINGS, GistConfig
 from reranker.core.model import GistReranker
 from reranker.data.relevance_data import CollectionStats, bm25_terms, collection_stats
 
@@ -63,17 +63,14 @@ def gists_untrained(model: GistReranker) -> bool:
     return torch.equal(model.gist_embeddings, initial) and (adapter is None or not adapter.up.any())
 
 
-# Reading settings that only another compressor reads: a prefix control drops them, so the controls of
-# students that differ only there (a SnapKV and a KVzip student of one body) are one system, scored once.
-_NOT_PREFIX_SETTINGS = ("select_scorer", "select_window", "select_pool", "gist_pool_windows")
-
-
 def prefix_config(gist: GistConfig, budget: int) -> GistConfig:
     """`gist` set up to store prefix caching of `budget` positions per item: the "prefix" compressor with
     t = 0, k = `budget` — the K/V of the item's first min(budget, j) tokens, the query right after them
     (an item shorter than the budget is stored whole)."""
     update = {"num_gist": budget, "keep_item_prefix": 0, "compressor": "prefix"}
-    defaults = {name: GistConfig.model_fields[name].default for name in _NOT_PREFIX_SETTINGS}
+    # settings only another compressor reads go back to their defaults, so the controls of students that
+    # differ only there (a SnapKV and a KVzip student of one body) are one system, scored once
+    defaults = {name: GistConfig.model_fields[name].default for name in COMPRESSOR_SETTINGS}
     return GistConfig(**(gist.model_dump() | defaults | update))
 
 

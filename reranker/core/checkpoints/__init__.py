@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qsl, urlencode
 
+from reranker.core.config import COMPRESSOR_SETTINGS
+
 CHECKPOINT_FILE = "gistrank.json"
 HYBRID_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule
 QL_CHECKPOINT = "gistrank-ql-k4"  # 4 gists read by query likelihood: beats prefix caching at 4 positions
@@ -74,10 +76,12 @@ def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
     ref, _, query = str(spec).partition("?")
     if ref in PRESETS:
         preset = PRESETS[ref]
-        return preset.base, preset.settings | _settings(spec, query)
+        own = _settings(spec, query)
+        return preset.base, _read_by_its_compressor(spec, own, preset.settings | own)
     if "?" not in str(spec):  # command-line options may hand the reference over as a Path
         return spec, {}
-    return ref, _settings(spec, query)
+    own = _settings(spec, query)
+    return ref, _read_by_its_compressor(spec, own, own)
 
 
 def _settings(spec: str | Path, query: str) -> dict[str, str]:
@@ -94,13 +98,30 @@ def _settings(spec: str | Path, query: str) -> dict[str, str]:
     return settings
 
 
+def _read_by_its_compressor(
+    spec: str | Path, own: dict[str, str], settings: dict[str, str]
+) -> dict[str, str]:
+    """`settings`, refused when the reference names a compressor and sets (in `own`, its own settings) one
+    that only another compressor reads: it would be ignored, yet give the model another fingerprint."""
+    compressor = settings.get("compressor")
+    if compressor is None:  # a checkpoint's own compressor: known only once it is loaded
+        return settings
+    foreign = sorted(name for name in own if COMPRESSOR_SETTINGS.get(name, compressor) != compressor)
+    if foreign:
+        owners = ", ".join(f"{name} by compressor={COMPRESSOR_SETTINGS[name]}" for name in foreign)
+        raise ValueError(f"{spec}: reads compressor={compressor}, but sets settings read only {owners}")
+    return settings
+
+
 def model_spec(ref: str | Path, **settings: object) -> str:
     """`ref` (itself possibly with settings) with the reading settings that are not None added."""
     ref, existing = split_spec(ref)
-    given = existing | {name: value for name, value in settings.items() if value is not None}
+    added = {name: str(value) for name, value in settings.items() if value is not None}
+    given = existing | added
     unknown = sorted(set(given) - set(SPEC_SETTINGS))
     if unknown:
         raise ValueError(f"unknown settings {unknown}; a model reference may set {list(SPEC_SETTINGS)}")
+    _read_by_its_compressor(ref, given, given)
     return f"{ref}?{urlencode(given)}" if given else str(ref)
 
 
