@@ -13,13 +13,6 @@ ScoreRule = Literal["head", "query_likelihood"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
-# settings that only one compressor reads → that compressor (every other setting applies to all of them)
-COMPRESSOR_SETTINGS = {
-    "gist_pool_windows": "gist",
-    "select_scorer": "select",
-    "select_window": "select",
-    "select_pool": "select",
-}
 
 
 class GistConfig(BaseModel):

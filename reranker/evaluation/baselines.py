@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
-from reranker.core.config import COMPRESSOR_SETTINGS, GistConfig
+from reranker.core.compressors import SETTING_OWNERS
+from reranker.core.config import GistConfig
 from reranker.core.model import GistReranker
 from reranker.data.relevance_data import CollectionStats, bm25_terms, collection_stats
 
@@ -70,7 +71,7 @@ def prefix_config(gist: GistConfig, budget: int) -> GistConfig:
     update = {"num_gist": budget, "keep_item_prefix": 0, "compressor": "prefix"}
     # settings only another compressor reads go back to their defaults, so the controls of students that
     # differ only there (a SnapKV and a KVzip student of one body) are one system, scored once
-    defaults = {name: GistConfig.model_fields[name].default for name in COMPRESSOR_SETTINGS}
+    defaults = {name: GistConfig.model_fields[name].default for name in SETTING_OWNERS}
     return GistConfig(**(gist.model_dump() | defaults | update))
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reranker.core.compressors import compressor_for
 from reranker.core.config import GistConfig
 from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker
@@ -74,9 +75,10 @@ class System:
 def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
     """E.g. `gist t=32 k=8`, `gist pooled k=64` (GistPool's windows); without k it names a plot line (one
     point per trained k)."""
+    windows = gist.gist_pool_windows and "gist_pool_windows" in compressor_for(gist.compressor).settings
     parts = [
         family,
-        "pooled" if gist.gist_pool_windows and gist.compressor == "gist" else "",  # windows act on gists only
+        "pooled" if windows else "",
         f"t={gist.keep_item_prefix}" if gist.keep_item_prefix else "",
         f"k={gist.num_gist}" if with_k else "",
     ]

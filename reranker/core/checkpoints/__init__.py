@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qsl, urlencode
 
-from reranker.core.config import COMPRESSOR_SETTINGS
+from reranker.core.compressors import SETTING_OWNERS
 
 CHECKPOINT_FILE = "gistrank.json"
 HYBRID_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule
@@ -106,9 +106,9 @@ def _read_by_its_compressor(
     compressor = settings.get("compressor")
     if compressor is None:  # a checkpoint's own compressor: known only once it is loaded
         return settings
-    foreign = sorted(name for name in own if COMPRESSOR_SETTINGS.get(name, compressor) != compressor)
+    foreign = sorted(name for name in own if SETTING_OWNERS.get(name, compressor) != compressor)
     if foreign:
-        owners = ", ".join(f"{name} by compressor={COMPRESSOR_SETTINGS[name]}" for name in foreign)
+        owners = ", ".join(f"{name} by compressor={SETTING_OWNERS[name]}" for name in foreign)
         raise ValueError(f"{spec}: reads compressor={compressor}, but sets settings read only {owners}")
     return settings
 

@@ -15,6 +15,8 @@ from reranker.core.compressors.select import SelectCompressor
 COMPRESSORS: dict[str, Compressor] = {
     c.name: c for c in (GistCompressor(), SelectCompressor(), PrefixCompressor())
 }
+# a setting that only one compressor reads → that compressor's name (every other setting applies to all)
+SETTING_OWNERS: dict[str, str] = {s: c.name for c in COMPRESSORS.values() for s in c.settings}
 
 
 def compressor_for(name: str) -> Compressor:
@@ -27,6 +29,7 @@ def compressor_for(name: str) -> Compressor:
 
 __all__ = [
     "COMPRESSORS",
+    "SETTING_OWNERS",
     "Compressor",
     "GistCompressor",
     "PrefixCompressor",

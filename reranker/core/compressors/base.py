@@ -36,6 +36,8 @@ class Compressor(ABC):
     name: ClassVar[str]
     # the stored columns are trained parameters' outputs: a model has one budget, no training-free sweep
     learned: ClassVar[bool] = False
+    # GistConfig settings that only this compressor reads (a model reference naming another one refuses them)
+    settings: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def compress(

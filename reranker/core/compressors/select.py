@@ -226,6 +226,7 @@ def selected_mask_scores(
 
 class SelectCompressor(Compressor):
     name = "select"
+    settings = ("select_scorer", "select_window", "select_pool")
 
     @torch.inference_mode()
     def compress(
