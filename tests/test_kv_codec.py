@@ -352,6 +352,31 @@ def test_bad_tensors_with_valid_checksum_are_refused(kvs: list[GistKV], blob: by
             decode(bad)
 
 
+def test_bad_per_head_shares_with_valid_checksum_are_refused(tiny_base: Path, blob: bytes) -> None:
+    """Per-head budgets (`head_budgets="per_head"`): the shares must say where every packed column goes."""
+    gist = GistConfig(num_gist=4, compressor="select", select_head_budget="adaptive", dtype="float32")
+    model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+    ragged = encode(next(u for u in model.compress(ITEMS) if u.head_tails is not None), CONTENT_HASH)
+    tensors, _ = payload_parts(ragged)
+    shares = tensors["head_tails"]
+    one_more, negative = shares.clone(), shares.clone()
+    one_more[0, 0] += 1  # layer 0's heads hold a column more than H_kv·s
+    negative[0, 0], negative[0, 1] = -1, negative[0, 1] + negative[0, 0] + 1
+    cases = [
+        _tampered(ragged, tensors={**tensors, "head_tails": one_more}),
+        _tampered(ragged, tensors={**tensors, "head_tails": negative}),
+        _tampered(ragged, tensors={**tensors, "head_tails": shares.float()}),
+        _tampered(ragged, tensors={"kv": tensors["kv"]}),  # the shares missing
+        _tampered(ragged, {"head_budgets": "uniform"}),  # packed columns read as one block per head
+        _tampered(blob, {"head_budgets": "per_head"}),
+        _tampered(blob, {"head_budgets": "some"}),
+        _tampered(blob, {"head_budgets": None}),
+    ]
+    for bad in cases:
+        with pytest.raises(BlobMetadataError):
+            decode(bad)
+
+
 def test_encode_refuses_what_it_cannot_store_faithfully(kvs: list[GistKV]) -> None:
     with pytest.raises(ValueError, match="storage_dtype"):
         encode(kvs[0], CONTENT_HASH, "float8")

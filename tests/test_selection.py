@@ -12,7 +12,7 @@ from helpers import ITEMS, QUERY
 from reranker import GistConfig, GistReranker
 from reranker.core import kv_codec
 from reranker.core.compressors.select import (
-    _kept,
+    _chosen,
     eager_attention,
     observation_suffix,
     selected_columns,
@@ -20,6 +20,11 @@ from reranker.core.compressors.select import (
 )
 
 pytestmark = pytest.mark.select
+
+
+def _kept(mass: torch.Tensor, k: int, pool: int) -> torch.Tensor:
+    """The columns uniform budgets keep → (H, min(k, n)), ascending."""
+    return _chosen(mass, k, pool, adaptive=False).nonzero()[:, 1].view(mass.shape[0], -1)
 
 
 def select_model(base: Path, k: int = 4, t: int = 0, **extra: object) -> GistReranker:
@@ -268,6 +273,6 @@ def test_one_pass_serves_every_budget(tiny_base: Path, compressor: str, t: int) 
 
 def test_trained_gists_have_one_budget(tiny_model: GistReranker) -> None:
     ids = tiny_model.item_ids(ITEMS[:1])[0]
-    assert tiny_model.compressor.compress(tiny_model, ids, [4])[0][4].shape[3] == 4
+    assert tiny_model.compressor.compress(tiny_model, ids, [4])[0][4].kv.shape[3] == 4
     with pytest.raises(ValueError, match="trained gists have k=4"):
         tiny_model.compressor.compress(tiny_model, ids, [2, 4])

@@ -80,6 +80,12 @@ class GistConfig(BaseModel):
         "select_window tokens and the query's lead-in pay it (query-aware); 'kvzip' = the most attention "
         "any row of a teacher-forced repeat of the item pays it (query-agnostic, KVzip)",
     )
+    select_head_budget: Literal["uniform", "adaptive"] = Field(
+        "uniform",
+        description="select: how a layer's k·H_kv columns are shared among its KV heads — 'uniform' = k "
+        "each; 'adaptive' = by importance across the layer's heads, each keeping at least a fifth of k "
+        "(Ada-KV's per-head budgets)",
+    )
     select_window: int = Field(16, ge=0, description="select: the item's last tokens that observe it")
     select_pool: int = Field(
         7, ge=1, description="select: odd window of positions whose attention is averaged"

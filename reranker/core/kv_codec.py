@@ -26,13 +26,14 @@ Payload metadata (safetensors string metadata; every key required, no others all
     num_layers  num_kv_heads  tail_slots  head_dim          (L, H_kv, s, h: must match the tensors)
     item_tokens  prefix_tokens  query_start  truncated      (position data: j, p, the query's first id)
     storage_dtype  source_dtype                             (how it is stored / what it was encoded from)
+    head_budgets                                            ("uniform", or "per_head": see below)
 
 The compressor must be a known one, and `tail_slots` and `query_start` must be what it gives for
 (budget, j, p): a blob cannot describe a layout its reader would misplace the query in.
-Version history: 1 gists only; 2 added prefix_tokens; 3 (this) names the compressor, budget and query
-start. Older blobs are refused with `UnsupportedVersionError`, whose message says to rewrite them: the
-store is derived data, a serving replica recomputes such a row on read, and `gistrank materialize`
-rewrites the whole catalog.
+Version history: 1 gists only; 2 added prefix_tokens; 3 names the compressor, budget and query
+start; 4 (this) adds per-head budgets. Older blobs are refused with `UnsupportedVersionError`, whose
+message says to rewrite them: the store is derived data, a serving replica recomputes such a row on
+read, and `gistrank materialize` rewrites the whole catalog.
 
 Payload tensors:
 
@@ -45,6 +46,14 @@ Payload tensors:
   per token (over the h channels), which needs k/h as many scales (KIVI, Liu et al. 2024). Error
   bound: |x̂ − x| ≤ s/2 = max|x_group| / 254 ≤ max|x| / 254 (plus float32 rounding), before the cast to
   the decode dtype. Size: L·H_kv·(2·k·h + 4·h + 4·k) bytes, about 0.64× fp16 at k=8, h=64.
+
+Per-head budgets (``head_budgets="per_head"``, `GistKV.head_tails`): every layer keeps H_kv·s tail columns
+but its heads share them unevenly. The payload then holds ``head_tails`` int32 (L, H_kv), each head's
+share (each layer's row sums to H_kv·s), and the real columns only, packed head after head: ``kv``
+(L, 2, T, h) with T = H_kv·(p + s) — head 0's p + s₀ columns, then head 1's, … — and for int8
+``v_scale`` (L, T, 1) the same way (``k_scale`` is per head already). Decoding unpacks into
+(L, 2, H_kv, p + S, h), S the widest share, each head's real columns first and zeros after them,
+which `score` masks per layer and head. The bytes are those of a uniform unit of the same s.
 
 Decoding returns the tensor in `dtype` when given, else in `source_dtype` — the dtype of the K/V that
 was encoded, i.e. the producing model's compute dtype, so a decoded blob passes `GistReranker.check_kv`
@@ -72,7 +81,7 @@ from reranker.core.errors import FingerprintMismatchError, GistRankError
 from reranker.core.kv import GistKV
 
 MAGIC = b"GRKV"
-FORMAT_VERSION = 3  # 2: prefix_tokens; 3: compressor, budget, query_start (module docstring)
+FORMAT_VERSION = 4  # 2: prefix_tokens; 3: compressor, budget, query_start; 4: per-head budgets
 FORMAT_NAME = "gistrank-kv"
 _PREFIX = struct.Struct("<4sHQ")  # magic, frame version, payload length
 _DIGEST_SIZE = 16
@@ -84,7 +93,8 @@ _FLOAT_DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
 }
 STORAGE_DTYPES = (*_FLOAT_DTYPES, "int8")
-_ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int8": "I8"}  # safetensors' names
+# safetensors' names
+_ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int8": "I8", "int32": "I32"}
 _INT8_MAX = 127  # symmetric: -128 is never produced, so q and -q are both representable
 _META_KEYS = frozenset(
     {
@@ -104,6 +114,7 @@ _META_KEYS = frozenset(
         "truncated",
         "storage_dtype",
         "source_dtype",
+        "head_budgets",
     }
 )
 _UINT = re.compile(r"0|[1-9][0-9]{0,17}")  # ASCII only: int() would also take "+1", " 1", "1_0", "١"
@@ -131,7 +142,7 @@ class UnsupportedVersionError(KVBlobError):
 
     def __init__(self, version: int) -> None:
         hint = (
-            "; it predates the stored unit naming its compressor: serving recomputes such rows on read, "
+            "; it predates this codec's stored unit: serving recomputes such rows on read, "
             "`gistrank materialize` rewrites the catalog"
             if version < FORMAT_VERSION
             else ""
@@ -189,6 +200,22 @@ def _dtype_name(dtype: torch.dtype) -> str | None:
     return next((name for name, d in _FLOAT_DTYPES.items() if d == dtype), None)
 
 
+def _pack(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(L, C, H, S, Y) with `real` (L, H, S) bool, the same count a layer → (L, C, T, Y): the real
+    columns of every head, head after head."""
+    layers, channels, _, _, width = x.shape
+    rows = x.permute(0, 2, 3, 1, 4)[real]  # (L·T, C, Y), ordered layer, head, column
+    return rows.reshape(layers, -1, channels, width).transpose(1, 2).contiguous()
+
+
+def _unpack(packed: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """`_pack`'s inverse: (L, C, T, Y) → (L, C, H, S, Y), zeros where `real` is False."""
+    layers, channels, _, width = packed.shape
+    out = packed.new_zeros(layers, *real.shape[1:], channels, width)
+    out[real] = packed.transpose(1, 2).reshape(-1, channels, width)
+    return out.permute(0, 3, 1, 2, 4)
+
+
 # ---------------------------------------------------------------------------------------------- encode
 def _quantize_int8(kv: torch.Tensor) -> dict[str, torch.Tensor]:
     x = kv.float()
@@ -221,7 +248,7 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
     if not kv.fingerprint or not content_hash:
         raise ValueError("fingerprint and content_hash must be non-empty")
     _check_layout(
-        kv.compressor, kv.budget, kv.item_tokens, kv.prefix_tokens, shape[3], kv.query_start, ValueError
+        kv.compressor, kv.budget, kv.item_tokens, kv.prefix_tokens, kv.positions, kv.query_start, ValueError
     )
 
     tensor = kv.kv.detach().cpu()
@@ -234,8 +261,14 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
         if not torch.isfinite(cast).all():
             raise ValueError(f"K/V has values that are not finite in {storage}")
         tensors = {"kv": cast}
+    if kv.head_tails is not None:  # only the real columns are stored (module docstring)
+        real = kv.real_columns()
+        tensors["kv"] = _pack(tensors["kv"], real)
+        if "v_scale" in tensors:
+            tensors["v_scale"] = _pack(tensors["v_scale"][:, None], real)[:, 0]
+        tensors["head_tails"] = kv.tail_lens().to(torch.int32)
 
-    num_layers, _, num_kv_heads, positions, head_dim = shape
+    num_layers, _, num_kv_heads, _, head_dim = shape
     metadata = {
         "format": FORMAT_NAME,
         "version": str(FORMAT_VERSION),
@@ -245,7 +278,7 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
         "budget": str(kv.budget),
         "num_layers": str(num_layers),
         "num_kv_heads": str(num_kv_heads),
-        "tail_slots": str(positions - kv.prefix_tokens),
+        "tail_slots": str(kv.tail_slots),
         "head_dim": str(head_dim),
         "item_tokens": str(kv.item_tokens),
         "prefix_tokens": str(kv.prefix_tokens),
@@ -253,6 +286,7 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
         "truncated": "true" if kv.truncated else "false",
         "storage_dtype": storage,
         "source_dtype": source,
+        "head_budgets": "uniform" if kv.head_tails is None else "per_head",
     }
     payload = save(tensors, metadata=metadata)
     prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, len(payload))
@@ -392,14 +426,21 @@ def decode(
     storage, source = meta["storage_dtype"], meta["source_dtype"]
     if storage not in STORAGE_DTYPES or source not in _FLOAT_DTYPES:
         raise BlobMetadataError(f"storage_dtype={storage!r} / source_dtype={source!r} unknown")
+    if meta["head_budgets"] not in ("uniform", "per_head"):
+        raise BlobMetadataError(f"metadata head_budgets={meta['head_budgets']!r} is not uniform/per_head")
+    per_head = meta["head_budgets"] == "per_head"
 
     # The tensor table is checked against the metadata before safetensors builds anything, so an
     # inconsistent blob never reaches the allocator with sizes nobody vouched for.
     shape = (num_layers, 2, num_kv_heads, positions, head_dim)
-    expected = {"kv": (storage, shape)}
+    columns = num_kv_heads * positions  # T: a layer's columns, packed head after head (per_head)
+    expected = {"kv": (storage, (num_layers, 2, columns, head_dim) if per_head else shape)}
     if storage == "int8":
         expected["k_scale"] = ("float32", (num_layers, num_kv_heads, 1, head_dim))
-        expected["v_scale"] = ("float32", (num_layers, num_kv_heads, positions, 1))
+        v_scale = (num_layers, columns, 1) if per_head else (num_layers, num_kv_heads, positions, 1)
+        expected["v_scale"] = ("float32", v_scale)
+    if per_head:
+        expected["head_tails"] = ("int32", (num_layers, num_kv_heads))
     if set(header) != set(expected):
         raise BlobMetadataError(f"tensors {sorted(header)}, expected {sorted(expected)}")
     for name, (st_dtype, st_shape) in expected.items():
@@ -408,21 +449,35 @@ def decode(
         tensors = load(payload)
     except SafetensorError as e:
         raise BlobMetadataError(f"safetensors payload rejected: {e}") from None
+    if storage == "int8":
+        for name in ("k_scale", "v_scale"):
+            if not (torch.isfinite(tensors[name]).all() and (tensors[name] > 0).all()):
+                raise BlobMetadataError(f"{name} has non-positive or non-finite entries")
+        if tensors["kv"].min() < -_INT8_MAX:
+            raise BlobMetadataError("int8 K/V holds -128, which the encoder never writes")
+    elif not torch.isfinite(tensors["kv"]).all():
+        raise BlobMetadataError("K/V has non-finite values")
+
+    head_tails = None
+    if per_head:
+        shares, tail = tensors["head_tails"].long(), positions - prefix_tokens  # (L, H_kv), s
+        room = item_tokens - prefix_tokens
+        if shares.min() < 0 or shares.max() > room:
+            raise BlobMetadataError(f"head_tails outside 0..{room}, the item's columns after its prefix")
+        if (shares.sum(1) != num_kv_heads * tail).any():
+            raise BlobMetadataError(f"head_tails: a layer's heads must share H_kv·s = {num_kv_heads * tail}")
+        head_tails = tuple(tuple(row) for row in shares.tolist())
+        real = torch.arange(prefix_tokens + int(shares.max())) < prefix_tokens + shares[..., None]
+        tensors["kv"] = _unpack(tensors["kv"], real)
+        if storage == "int8":
+            tensors["v_scale"] = _unpack(tensors["v_scale"][:, None], real)[:, 0]
 
     if storage == "int8":
-        q, k_scale, v_scale = tensors["kv"], tensors["k_scale"], tensors["v_scale"]
-        for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if not (torch.isfinite(scale).all() and (scale > 0).all()):
-                raise BlobMetadataError(f"{name} has non-positive or non-finite entries")
-        if q.min() < -_INT8_MAX:
-            raise BlobMetadataError("int8 K/V holds -128, which the encoder never writes")
-        x = q.float()
-        x[:, 0] *= k_scale
-        x[:, 1] *= v_scale
+        x = tensors["kv"].float()
+        x[:, 0] *= tensors["k_scale"]
+        x[:, 1] *= tensors["v_scale"]
     else:
         x = tensors["kv"]
-        if not torch.isfinite(x).all():
-            raise BlobMetadataError("K/V has non-finite values")
 
     out_dtype = dtype or _FLOAT_DTYPES[source]
     # copy=True: the result must not alias the payload buffer, whatever the dtypes.
@@ -435,5 +490,6 @@ def decode(
         query_start=query_start,
         prefix_tokens=prefix_tokens,
         truncated=meta["truncated"] == "true",
+        head_tails=head_tails,
     )
     return DecodedKV(kv=gist_kv, content_hash=meta["content_hash"], storage_dtype=storage)

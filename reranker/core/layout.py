@@ -42,10 +42,11 @@ import torch
 
 
 def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Bool `(N, S_q, S_k)` → additive `(N, 1, S_q, S_k)` mask in `dtype`."""
+    """Bool `(N, S_q, S_k)` → additive `(N, 1, S_q, S_k)` mask in `dtype`; a per-head `(N, H, S_q, S_k)`
+    keeps its heads."""
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask.unsqueeze(1)
+    return mask.unsqueeze(1) if allowed.dim() == 3 else mask
 
 
 def _causal(seq_len: int, device: torch.device) -> torch.Tensor:
@@ -189,19 +190,20 @@ def online_positions(query_start: torch.Tensor, query_len: int) -> torch.Tensor:
 def online_mask(
     prefix_lens: torch.Tensor, prefix_slots: int, tail_lens: torch.Tensor, tail_slots: int, query_len: int
 ) -> torch.Tensor:
-    """Mask of the query against injected K/V → bool `(N, ℓ, P + K + ℓ)`.
+    """Mask of the query against injected K/V → bool `(N, ℓ, P + K + ℓ)`, or `(N, L, H_kv, ℓ, P + K + ℓ)`
+    when `tail_lens` is per layer and head.
 
     Cache columns per row: P prefix slots of which the first p (prefix_lens, (N,)) are real, then K
-    slots of which the first s (tail_lens, (N,): k gists, or the selected columns) are real. Real
-    columns visible, pad slots never; causal over the query.
+    slots of which the first s are real (tail_lens, (N,): k gists, or the selected columns; or
+    (N, L, H_kv): each head's share under per-head budgets, `GistKV.head_tails`). Real columns visible,
+    pad slots never; causal over the query.
     """
     device = prefix_lens.device
-    n = prefix_lens.shape[0]
-
-    def real(lens: torch.Tensor, slots: int) -> torch.Tensor:  # (N, ℓ, slots)
-        return (torch.arange(slots, device=device)[None, :] < lens[:, None])[:, None, :].expand(
-            -1, query_len, -1
-        )
-
-    causal = _causal(query_len, device)[None].expand(n, -1, -1)
-    return torch.cat([real(prefix_lens, prefix_slots), real(tail_lens, tail_slots), causal], dim=2)
+    lead = tail_lens.shape  # (N,) or (N, L, H_kv)
+    prefix = torch.arange(prefix_slots, device=device) < prefix_lens.view(-1, *[1] * len(lead))
+    tail = torch.arange(tail_slots, device=device) < tail_lens[..., None]
+    stored = torch.cat([prefix.expand(*lead, prefix_slots), tail], dim=-1)  # (*lead, P + K)
+    causal = _causal(query_len, device)
+    return torch.cat(
+        [stored[..., None, :].expand(*lead, query_len, -1), causal.expand(*lead, -1, -1)], dim=-1
+    )

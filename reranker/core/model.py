@@ -29,8 +29,8 @@ compressor is the core's acceptance test: tests/test_equivalence.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import NamedTuple
 
 import torch
@@ -49,7 +49,7 @@ from reranker.core.errors import (
     QueryTooLongError,
 )
 from reranker.core.gist_adapter import GistAdapter
-from reranker.core.kv import GistKV
+from reranker.core.kv import GistKV, Kept
 from reranker.core.weights import GistWeights
 
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
@@ -230,6 +230,25 @@ class GistReranker(GistWeights):
         """The transformer body without its LM head (through the LoRA wrapper when there is one)."""
         return self.lm.get_decoder()
 
+    def attention_modules(self) -> list[nn.Module]:
+        return [layer.self_attn for layer in self.decoder().layers]
+
+    @contextmanager
+    def layer_masks(self, masks: Sequence[torch.Tensor]) -> Iterator[None]:
+        """Within the block, layer i attends under `masks[i]` (additive, (N, H_q, S_q, S_k)) whatever mask
+        the forward is given: the one way to let each layer's heads see different columns."""
+
+        def swap(index: int) -> Callable:
+            return lambda _module, args, kwargs: (args, kwargs | {"attention_mask": masks[index]})
+
+        layers = self.attention_modules()
+        hooks = [a.register_forward_pre_hook(swap(i), with_kwargs=True) for i, a in enumerate(layers)]
+        try:
+            yield
+        finally:
+            for h in hooks:
+                h.remove()
+
     def gists_adapted(self, rows: torch.Tensor | None = None) -> AbstractContextManager:
         """Within the block, forwards run the gist adapter at `rows` (bool (N, S); None: every row) —
         a no-op for a model without one (`core/gist_adapter.py`)."""
@@ -405,12 +424,12 @@ class GistReranker(GistWeights):
                 out[i] = self.stored_unit(kvs[k], len(item_ids[i]), truncated[i])
         return out  # type: ignore[return-value]
 
-    def stored_unit(self, kv: torch.Tensor, item_tokens: int, truncated: bool = False) -> GistKV:
+    def stored_unit(self, kept: Kept, item_tokens: int, truncated: bool = False) -> GistKV:
         """K/V (L, 2, H_kv, p + s, h) of an item of j tokens, compressed under this reader's settings,
         as the stored unit: stamped with this reader's fingerprint, compressor, budget and query start."""
         k, p = self.gist.num_gist, min(self.gist.keep_item_prefix, item_tokens)
         return GistKV(
-            kv.contiguous(),
+            kept.kv.contiguous(),
             self.fingerprint,
             compressor=self.compressor.name,
             budget=k,
@@ -418,6 +437,7 @@ class GistReranker(GistWeights):
             query_start=self.compressor.query_start(k, item_tokens, p),
             prefix_tokens=p,
             truncated=truncated,
+            head_tails=kept.head_tails,
         )
 
     def check_kv(self, kvs: Sequence[GistKV]) -> None:
@@ -444,7 +464,9 @@ class GistReranker(GistWeights):
             if x.query_start != start:
                 raise KVFormatError(f"candidate {i}: query_start={x.query_start}, expected {start}")
             stored = x.prefix_tokens + compressor.tail_slots(k, x.item_tokens, x.prefix_tokens)
-            expected = (self.num_layers, 2, self.num_kv_heads, stored, self.head_dim)
+            if x.positions != stored:
+                raise KVFormatError(f"candidate {i}: {x.positions} positions a head, expected {stored}")
+            expected = (self.num_layers, 2, self.num_kv_heads, x.slots, self.head_dim)
             if tuple(x.kv.shape) != expected:
                 raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
             if x.kv.dtype != self.kv_dtype:
@@ -501,8 +523,11 @@ class GistReranker(GistWeights):
         injected K/V → (N,) float32 scores. No item token and no placeholder is in the sequence."""
         self.check_kv(kvs)
         prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,) p
-        tail_lens = torch.tensor([x.tail_slots for x in kvs], device=self.device)  # (N,) s
-        p_slots, s_slots = int(prefix_lens.max()), int(tail_lens.max())
+        if all(x.head_tails is None for x in kvs):
+            tail_lens = torch.tensor([x.tail_slots for x in kvs], device=self.device)  # (N,) s
+        else:  # per-head budgets: each layer's head its own share
+            tail_lens = torch.stack([x.tail_lens() for x in kvs]).to(self.device)  # (N, L, H_kv)
+        p_slots, s_slots = int(prefix_lens.max()), max(x.slots - x.prefix_tokens for x in kvs)
         stacked = torch.stack([_pad(x, p_slots, s_slots) for x in kvs])  # (N, L, 2, H_kv, P+K, h)
         starts = torch.tensor([x.query_start for x in kvs], device=self.device)  # (N,)
         return self.read_stored(self.query_tail(query), stacked, prefix_lens, tail_lens, starts)
@@ -519,7 +544,8 @@ class GistReranker(GistWeights):
         which training with a frozen reader runs with gradients into the gists' K/V.
 
         stacked: (N, L, 2, H_kv, P + K, h), each row's p prefix columns then its s tail columns, padded
-        to P and K (masked); prefix_lens, tail_lens: (N,) p and s; starts: (N,) each query_start.
+        to P and K (masked); prefix_lens, tail_lens: (N,) p and s (or s per layer and head, (N, L, H_kv));
+        starts: (N,) each query_start.
         `q`: one query for every row, or one a row (`QueryTail.rows`)."""
         return self.tail_scores(
             self.read_stored_hidden(q, stacked, prefix_lens, tail_lens, starts), q.targets, q.lens
@@ -541,13 +567,18 @@ class GistReranker(GistWeights):
         cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
         positions = layout.online_positions(starts, ell)  # (N, ℓ)
         allowed = self.compressor.online_mask(prefix_lens, p_slots, tail_lens, s_slots, ell)  # (N, ℓ, P+K+ℓ)
-        result = self.decoder()(
-            inputs_embeds=q.embeds.expand(n, -1, -1),  # (N, ℓ, D)
-            position_ids=positions,
-            attention_mask=layout.additive(allowed, self.dtype),
-            cache=cache,
-            use_cache=True,
-        )
+        masks = [layout.additive(allowed, self.dtype)]
+        if allowed.dim() == 5:  # (N, L, H_kv, ℓ, P+K+ℓ): per-head budgets, a mask per layer and query head
+            group = self.lm.config.num_attention_heads // self.num_kv_heads
+            masks = [layout.additive(a.repeat_interleave(group, 1), self.dtype) for a in allowed.unbind(1)]
+        with self.layer_masks(masks) if len(masks) > 1 else nullcontext():
+            result = self.decoder()(
+                inputs_embeds=q.embeds.expand(n, -1, -1),  # (N, ℓ, D)
+                position_ids=positions,
+                attention_mask=masks[0],
+                cache=cache,
+                use_cache=True,
+            )
         return result.last_hidden_state
 
 

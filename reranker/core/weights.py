@@ -54,6 +54,7 @@ _LATER_FIELDS = {
     "gist_adapter_rank": 0,
     "select_scorer": "snapkv",
     "gist_pool_windows": False,
+    "select_head_budget": "uniform",
 }
 # GistConfig fields removed since format 1 (experiments that did not help; last commit with them: faba5cc):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused

@@ -130,7 +130,7 @@ class StoredKV:
             self.seconds += time.perf_counter() - start
             self.items += len(todo)
             self._kvs.update(zip(todo, kvs, strict=True))
-            self.stored.update((i, kv.kv.shape[3]) for i, kv in zip(todo, kvs, strict=True))
+            self.stored.update((i, kv.positions) for i, kv in zip(todo, kvs, strict=True))
 
     def score(self, query: str, cand_ids: list[str]) -> list[float]:
         self.prepare(cand_ids)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from reranker.core.kv import Kept
 from reranker.core.kv_codec import encode
 from reranker.core.model import GistReranker
 
@@ -72,7 +73,7 @@ def blob_bytes(model: GistReranker, storage_dtype: str) -> int:
     j, p = g.max_item_tokens, g.keep_item_prefix
     positions = p + model.compressor.tail_slots(g.num_gist, j, p)
     kv = torch.zeros(model.num_layers, 2, model.num_kv_heads, positions, model.head_dim)
-    return len(encode(model.stored_unit(kv, j), content_hash="0" * 64, storage_dtype=storage_dtype))
+    return len(encode(model.stored_unit(Kept(kv), j), content_hash="0" * 64, storage_dtype=storage_dtype))
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ SPEC_SETTINGS = (
     "select_window",
     "select_pool",
     "select_scorer",
+    "select_head_budget",
     "score_rule",
     "query_template",
 )

@@ -7,6 +7,7 @@ item (`gist.py`), the item columns attention selects (`select.py`), or simply th
 (`prefix.py`). Each compressor owns, for its kind:
 
     compress            item token ids → per item and budget, the stored K/V (L, 2, H_kv, p + s, h)
+                        (and each head's share, when heads keep different numbers: `kv.Kept`)
     tail_slots          s, the columns after the prefix that a valid unit of budget k holds
     query_start         the position id of the query's first token (RoPE distances as at compression)
     online_mask         what the query may read among the injected columns
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from reranker.core import layout
+from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -42,9 +44,10 @@ class Compressor(ABC):
     @abstractmethod
     def compress(
         self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, torch.Tensor]]:
-        """Per item, per budget k: the stored K/V (L, 2, H_kv, p + s, h) in the model's K/V dtype.
-        Every budget comes out of one pass over the items where the compressor allows it."""
+    ) -> list[dict[int, Kept]]:
+        """Per item, per budget k: the stored K/V (L, 2, H_kv, p + s, h) in the model's K/V dtype, with
+        each head's share of the columns where heads keep different numbers (`Kept`). Every budget
+        comes out of one pass over the items where the compressor allows it."""
 
     @abstractmethod
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:

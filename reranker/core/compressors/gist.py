@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from reranker.core.compressors.base import Compressor
+from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -28,12 +29,12 @@ class GistCompressor(Compressor):
     @torch.inference_mode()
     def compress(
         self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, torch.Tensor]]:
+    ) -> list[dict[int, Kept]]:
         (k,) = self.check_budgets(model, budgets)
         rows = [torch.cat([model.embed(ids), model.gist_embeddings]) for ids in item_ids]
         # the gists run as a second forward on the item's cache: the gist adapter acts on them alone
         kvs = model.causal_kv(rows, [self.slots(model, len(ids)) for ids in item_ids], gist_rows=k)
-        return [{k: kv} for kv in kvs]
+        return [{k: Kept(kv)} for kv in kvs]
 
     @staticmethod
     def slots(model: GistReranker, item_tokens: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from reranker.core.compressors.base import Compressor
+from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -26,14 +27,14 @@ class PrefixCompressor(Compressor):
     @torch.inference_mode()
     def compress(
         self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, torch.Tensor]]:
+    ) -> list[dict[int, Kept]]:
         ks = self.check_budgets(model, budgets)
         t = model.gist.keep_item_prefix
         kept = [ids[: t + ks[-1]] for ids in item_ids]
         slots = [torch.arange(len(ids), device=model.device) for ids in kept]
         kvs = model.causal_kv([model.embed(ids) for ids in kept], slots)  # the largest budget's columns
         # causal: the first t + k columns of the largest budget's forward are the smaller budget's own
-        return [{k: kv[:, :, :, : t + k] for k in ks} for kv in kvs]
+        return [{k: Kept(kv[:, :, :, : t + k]) for k in ks} for kv in kvs]
 
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         return min(budget, item_tokens - prefix_tokens)

@@ -18,6 +18,12 @@ attention any reconstruction row (in any query head of its KV head) pays it. It 
 needs to be restated, not what one query reads, so the kept columns serve queries nobody has asked
 yet — the stored unit's situation. It costs a forward of about 2j positions, j of them eager.
 
+Per-head budgets (`select_head_budget="adaptive"`, Ada-KV, arXiv 2407.11550): a layer's heads do not
+need the same number of columns — one head's attention is spread over the item, another's sits on a
+few tokens. The layer's k·H_kv columns go, after each head's own top max(1, k/5) (Ada-KV's safeguard),
+to the layer's most important columns whatever head they are in; the stored unit records each head's
+share (`GistKV.head_tails`) and the bytes stay those of k columns a head.
+
 Stored unit, as for gists: `(L, 2, H_kv, p + s, h)` with p = min(t, j) raw prefix columns and
 s = min(k, j - p) selected columns; keys keep the rotation of their original positions. An item no
 longer than t + k keeps every position. Online, the query is numbered from the item's end, j + i,
@@ -36,12 +42,14 @@ from torch import nn
 
 from reranker.core import layout
 from reranker.core.compressors.base import Compressor
+from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
 
 
 REPEAT_PROMPT = "\n\nRepeat the previous context exactly.\n"  # KVzip's reconstruction prompt
+HEAD_FLOOR = 0.2  # per-head budgets: the share of k every head keeps of its own (Ada-KV's safeguard α)
 
 
 def observation_suffix(model: nn.Module) -> list[int]:
@@ -69,21 +77,18 @@ def _repeat_suffix(model: nn.Module, item_ids: list[int]) -> list[int]:
     return prompt + (item_ids[1:] if bos is not None and item_ids[:1] == [bos] else item_ids)
 
 
-def attention_layers(model: nn.Module) -> list[nn.Module]:
-    return [layer.self_attn for layer in model.decoder().layers]
-
-
 def select_kv(
     model: nn.Module, item_ids: Sequence[list[int]], budgets: Sequence[int] | None = None
-) -> list[dict[int, torch.Tensor]]:
-    """Per item and per budget k (default: the config's), the kept K/V → {k: (L, 2, H_kv, p + s, h)} in
-    the storage dtype (module docstring). Every budget comes out of the same forward: one pass serves a
-    k sweep."""
-    return [{k: kv for k, (kv, _) in per_k.items()} for per_k in _select(model, item_ids, budgets)]
+) -> list[dict[int, Kept]]:
+    """Per item and per budget k (default: the config's), the kept K/V → {k: Kept((L, 2, H_kv, p + S, h),
+    head shares)} in the storage dtype (module docstring). Every budget comes out of the same forward:
+    one pass serves a k sweep."""
+    return [{k: kept for k, (kept, _) in per_k.items()} for per_k in _select(model, item_ids, budgets)]
 
 
 def selected_columns(model: nn.Module, item_ids: Sequence[list[int]]) -> list[torch.Tensor]:
-    """The item positions `select_kv` keeps after the prefix → per item (L, H_kv, s), ascending."""
+    """The item positions `select_kv` keeps after the prefix → per item (L, H_kv, S), ascending; under
+    per-head budgets a head with fewer than S repeats its first column to fill its row."""
     k = model.gist.num_gist
     return [per_k[k][1] for per_k in _select(model, item_ids, [k])]
 
@@ -91,10 +96,11 @@ def selected_columns(model: nn.Module, item_ids: Sequence[list[int]]) -> list[to
 @torch.inference_mode()
 def _select(
     model: nn.Module, item_ids: Sequence[list[int]], budgets: Sequence[int] | None
-) -> list[dict[int, tuple[torch.Tensor, torch.Tensor]]]:
+) -> list[dict[int, tuple[Kept, torch.Tensor]]]:
     t, window = model.gist.keep_item_prefix, model.gist.select_window
     budgets = sorted(set(budgets or [model.gist.num_gist]))
     kvzip = model.gist.select_scorer == "kvzip"
+    adaptive = model.gist.select_head_budget == "adaptive"
     lens = [len(ids) for ids in item_ids]
     # the rows that observe each item, appended after it: its last `window` tokens + the query's lead-in
     # (SnapKV: what a query reads), or a repeat prompt + the item again, teacher-forced (KVzip: what
@@ -133,7 +139,7 @@ def _select(
 
     # no output_attentions: eager attention modules return their weights anyway, and asking for them
     # makes transformers' own capture hook keep every layer's weights until the forward ends
-    hooks = [a.register_forward_hook(observe) for a in attention_layers(model)]
+    hooks = [a.register_forward_hook(observe) for a in model.attention_modules()]
     try:
         result, _ = model.left_padded_forward(rows, observed, lambda: eager_attention(model))
     finally:
@@ -147,30 +153,44 @@ def _select(
         prefix = torch.arange(pad, pad + p, device=model.device)
         per_k = {}
         for k in budgets:
-            cols = torch.stack(
-                [_kept(m[i, :, pad + p : pad + j], k, model.gist.select_pool) + p for m in mass]
-            )
+            chosen = torch.stack(
+                [_chosen(m[i, :, pad + p : pad + j], k, model.gist.select_pool, adaptive) for m in mass]
+            )  # (L, H_kv, j - p)
+            counts = chosen.sum(-1)  # (L, H_kv) columns each head keeps
+            widest = int(counts.max())
+            # each head's kept columns in position order, then (past its count) a repeat of its first
+            # one: a repeat changes no visible set (the reference's scatter), and its K/V is zeroed below
+            cols = (~chosen).to(torch.int8).argsort(dim=-1, stable=True)[..., :widest]
+            real = torch.arange(widest, device=model.device) < counts[..., None]  # (L, H_kv, S)
+            cols = torch.where(real, cols, cols[..., :1]) + p
             layers = []
-            for cache, at in zip(result.cache.layers, cols + pad, strict=True):  # at: (H_kv, s)
-                keys = torch.cat(
-                    [cache.keys[i, :, prefix], _gather(cache.keys[i], at)], dim=1
-                )  # (H_kv, p+s, h)
-                values = torch.cat([cache.values[i, :, prefix], _gather(cache.values[i], at)], dim=1)
-                layers.append(torch.stack([keys, values]))
-            per_k[k] = (torch.stack(layers).to(model.kv_dtype), cols)  # (L, 2, H_kv, p + s, h), (L, H_kv, s)
+            for cache, at, keep in zip(result.cache.layers, cols + pad, real, strict=True):  # at: (H_kv, S)
+                both = torch.stack([cache.keys[i], cache.values[i]])  # (2, H_kv, total, h)
+                chosen_kv = torch.stack([_gather(x, at) for x in both]) * keep[..., None]  # (2, H_kv, S, h)
+                layers.append(torch.cat([both[:, :, prefix], chosen_kv], dim=2))  # (2, H_kv, p + S, h)
+            shares = None if bool(real.all()) else tuple(tuple(row) for row in counts.tolist())
+            per_k[k] = (Kept(torch.stack(layers).to(model.kv_dtype), shares), cols)
         out.append(per_k)
     return out
 
 
-def _kept(mass: torch.Tensor, k: int, pool: int) -> torch.Tensor:
-    """(H, n) attention mass over n candidate columns → (H, min(k, n)) column indices, ascending."""
-    n = mass.shape[-1]
+def _chosen(mass: torch.Tensor, k: int, pool: int, adaptive: bool) -> torch.Tensor:
+    """(H, n) attention mass over n candidate columns → (H, n) bool, the columns kept: every column when
+    n ≤ k; else k per head (uniform), or (adaptive, Ada-KV) k·H in all, each head first its own top
+    max(1, k/5) and the rest to the layer's most important columns whichever head they are in."""
+    heads, n = mass.shape
+    chosen = torch.zeros(heads, n, dtype=torch.bool, device=mass.device)
     if n <= k:
-        return torch.arange(n, device=mass.device).expand(mass.shape[0], -1)
+        return chosen.fill_(True)
     pooled = torch.nn.functional.avg_pool1d(
         mass[:, None], pool, stride=1, padding=pool // 2, count_include_pad=False
     )[:, 0, :n]
-    return pooled.topk(k, dim=-1).indices.sort(dim=-1).values
+    own = max(1, int(HEAD_FLOOR * k)) if adaptive else k
+    chosen.scatter_(1, pooled.topk(own, dim=-1).indices, True)
+    if own < k:
+        shared = pooled.masked_fill(chosen, float("-inf")).flatten().topk(heads * (k - own)).indices
+        chosen.view(-1)[shared] = True
+    return chosen
 
 
 def _gather(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
@@ -200,38 +220,21 @@ def selected_mask_scores(
             visible.scatter_(1, kept[i][layer].to(model.device), True)
             allowed[i, :, j:, :j] = visible[:, None, :j]  # query rows × item columns
         allowed = allowed.repeat_interleave(group, dim=1)  # (N, H_q, S, S)
-        mask = torch.zeros(allowed.shape, dtype=model.dtype, device=model.device)
-        masks.append(mask.masked_fill_(~allowed, torch.finfo(model.dtype).min))
+        masks.append(layout.additive(allowed, model.dtype))
 
-    def per_layer(index: int):
-        def swap(_module: nn.Module, args: tuple, kwargs: dict) -> tuple:
-            return args, kwargs | {"attention_mask": masks[index]}
-
-        return swap
-
-    hooks = [
-        a.register_forward_pre_hook(per_layer(i), with_kwargs=True)
-        for i, a in enumerate(attention_layers(model))
-    ]
-    try:
-        with torch.inference_mode():
-            out, seq_lens = model.forward_rows(rows, None)
-            return model.tail_scores(
-                model.tails(out.last_hidden_state, seq_lens, q.embeds.shape[0]), q.targets
-            )
-    finally:
-        for h in hooks:
-            h.remove()
+    with torch.inference_mode(), model.layer_masks(masks):
+        out, seq_lens = model.forward_rows(rows, None)
+        return model.tail_scores(model.tails(out.last_hidden_state, seq_lens, q.embeds.shape[0]), q.targets)
 
 
 class SelectCompressor(Compressor):
     name = "select"
-    settings = ("select_scorer", "select_window", "select_pool")
+    settings = ("select_scorer", "select_window", "select_pool", "select_head_budget")
 
     @torch.inference_mode()
     def compress(
         self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, torch.Tensor]]:
+    ) -> list[dict[int, Kept]]:
         return select_kv(model, item_ids, self.check_budgets(model, budgets))
 
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
