@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ITEMS, QUERY
+from helpers import CATALOG_ITEMS, ITEMS, QUERY, CountingStore, catalog_row, make_lookup, text_of
 
 from reranker.core import kv_codec, layout
 from reranker.core.compressors.select import _chosen
 from reranker.core.config import GistConfig, template_for
 from reranker.core.model import GistReranker
+from reranker.serving.status import Status
 
 pytestmark = [pytest.mark.select, pytest.mark.kvzip]
 
@@ -62,7 +63,7 @@ def test_a_layers_heads_share_its_budget_unevenly_at_the_bytes_of_uniform(tiny_b
         assert (shares.sum(1) == k * model.num_kv_heads).all()
         assert shares.min() >= k // 5  # every head keeps its own top fifth of k
         assert kv.slots == int(shares.max()) > kv.positions == same_k.positions == k
-        assert kv.nbytes == same_k.nbytes
+        assert kv.stored_nbytes == same_k.stored_nbytes == same_k.nbytes < kv.nbytes  # pad: memory only
         pad = ~kv.real_columns()  # (L, H_kv, S)
         assert pad.any() and not kv.kv.permute(0, 2, 3, 1, 4)[pad].any()  # pad is zeros, never read
 
@@ -139,3 +140,25 @@ def test_per_head_budgets_are_part_of_the_fingerprint(tiny_base: Path) -> None:
     kvs = model.compress(ITEMS[:1])
     with pytest.raises(Exception, match="fingerprint"):
         uniform.score(QUERY, kvs)
+
+
+def test_ragged_units_travel_through_the_feature_store_to_the_online_score(
+    tiny_base: Path, catalog, tmp_path: Path
+) -> None:
+    """Written to a real Feast store (SQLite) as blobs, read back by serving's lookup, scored as made."""
+    model = adaptive(tiny_base)
+    ids = sorted(CATALOG_ITEMS)[:6]
+    kvs = model.compress([text_of(catalog, i) for i in ids])
+    assert any(kv.head_tails is not None for kv in kvs)
+    store = CountingStore(tmp_path / "feast", fingerprint=model.fingerprint)
+    store.apply()
+    store.write([catalog_row(catalog, i, kv) for i, kv in zip(ids, kvs, strict=True)])
+    lookup, _ = make_lookup(model, catalog, store)
+    try:
+        got = lookup.fetch(ids)
+    finally:
+        lookup.refresh.close()
+    assert all(got[i].status is Status.FEAST for i in ids)
+    served = [got[i].kv for i in ids]
+    assert [kv.head_tails for kv in served] == [kv.head_tails for kv in kvs]
+    assert_scores_equal(model.score(QUERY, served), model.score(QUERY, kvs))

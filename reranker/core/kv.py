@@ -95,6 +95,11 @@ class GistKV:
 
     @property
     def nbytes(self) -> int:
+        """Bytes `kv` holds in memory (per-head pad included: what a cache of units holds)."""
+        return self.kv.numel() * self.kv.element_size()
+
+    @property
+    def stored_nbytes(self) -> int:
         """Bytes of the stored K/V: 2·L·H_kv·(p + s)·h·b (per-head pad is not stored)."""
         layers, _, heads, _, head_dim = self.kv.shape
         return 2 * layers * heads * self.positions * head_dim * self.kv.element_size()

@@ -46,10 +46,10 @@ def run_core_demo(
     kvs = model.compress(texts, progress=True)
     compress_s = time.perf_counter() - start
     item_tokens = [kv.item_tokens for kv in kvs]
-    per_position = kvs[0].nbytes / kvs[0].positions
+    per_position = kvs[0].stored_nbytes / kvs[0].positions
     console.print(
         f"compressed {len(kvs)} items ({min(item_tokens)}–{max(item_tokens)} tokens) in {compress_s:.1f}s → "
-        f"{kvs[0].nbytes / 1024:.0f} KiB of cached K/V per item instead of "
+        f"{kvs[0].stored_nbytes / 1024:.0f} KiB of cached K/V per item instead of "
         f"{sum(item_tokens) / len(kvs) * per_position / 1024:.0f} KiB for the item's own K/V"
     )
     gist_total = full_total = 0.0

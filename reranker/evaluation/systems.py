@@ -73,12 +73,14 @@ class System:
 
 
 def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
-    """E.g. `gist t=32 k=8`, `gist pooled k=64` (GistPool's windows); without k it names a plot line (one
-    point per trained k)."""
-    windows = gist.gist_pool_windows and "gist_pool_windows" in compressor_for(gist.compressor).settings
+    """E.g. `gist t=32 k=8`, `gist pooled k=64` (GistPool's windows), `select kvzip per-head t=32 k=32`;
+    without k it names a plot line (one point per trained k)."""
+    settings = compressor_for(gist.compressor).settings
     parts = [
         family,
-        "pooled" if windows else "",
+        "pooled" if gist.gist_pool_windows and "gist_pool_windows" in settings else "",
+        "kvzip" if gist.select_scorer == "kvzip" and "select_scorer" in settings else "",
+        "per-head" if gist.select_head_budget == "adaptive" and "select_head_budget" in settings else "",
         f"t={gist.keep_item_prefix}" if gist.keep_item_prefix else "",
         f"k={gist.num_gist}" if with_k else "",
     ]
