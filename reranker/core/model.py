@@ -567,11 +567,14 @@ class GistReranker(GistWeights):
         cache = DynamicCache([(stacked[:, i, 0], stacked[:, i, 1]) for i in range(self.num_layers)])
         positions = layout.online_positions(starts, ell)  # (N, ℓ)
         allowed = self.compressor.online_mask(prefix_lens, p_slots, tail_lens, s_slots, ell)  # (N, ℓ, P+K+ℓ)
-        masks = [layout.additive(allowed, self.dtype)]
-        if allowed.dim() == 5:  # (N, L, H_kv, ℓ, P+K+ℓ): per-head budgets, a mask per layer and query head
+        if allowed.dim() == 3:  # one mask for every layer
+            masks = [layout.additive(allowed, self.dtype)]  # (N, 1, ℓ, P+K+ℓ)
+            per_layer: AbstractContextManager = nullcontext()
+        else:  # (N, L, H_kv, ℓ, P+K+ℓ): per-head budgets, a mask per layer and query head
             group = self.lm.config.num_attention_heads // self.num_kv_heads
             masks = [layout.additive(a.repeat_interleave(group, 1), self.dtype) for a in allowed.unbind(1)]
-        with self.layer_masks(masks) if len(masks) > 1 else nullcontext():
+            per_layer = self.layer_masks(masks)
+        with per_layer:
             result = self.decoder()(
                 inputs_embeds=q.embeds.expand(n, -1, -1),  # (N, ℓ, D)
                 position_ids=positions,
