@@ -84,7 +84,7 @@ def test_each_head_reads_only_its_own_share_online(tiny_base: Path, monkeypatch:
     )
     wrong = model.score(QUERY, kvs)
     ragged = [i for i, kv in enumerate(kvs) if kv.head_tails is not None]
-    whole = [i for i, kv in enumerate(kvs) if kv.slots == kvs[i].item_tokens]
+    whole = [i for i, kv in enumerate(kvs) if kv.slots == kv.item_tokens]  # short: every column kept
     assert ragged and whole
     assert float((wrong[ragged] - reference[ragged]).abs().max()) > 1e-3 * float(reference.abs().max())
     assert_scores_equal(wrong[whole], reference[whole])

@@ -15,3 +15,10 @@ H="$C?compressor=select&select_scorer=kvzip&keep_item_prefix=32&num_gist=32"
 $G eval --data data/ap89-judged-20 --split dev --max-queries 24 --teacher $C \
   --student "$C?compressor=prefix&keep_item_prefix=0&num_gist=64" \
   --student "$H" --student "$H&select_head_budget=adaptive" --out $O --run-dir $O/runs
+# plain KVzip at 64, uniform and per-head, on the first 8 of those topics (kvzip64/ in this folder)
+K=runs/ap89-head-budgets-kvzip64
+[ -d $K/runs ] || { mkdir -p $K && cp -r $O/runs $K/runs; }
+Z="$C?compressor=select&select_scorer=kvzip&keep_item_prefix=0&num_gist=64"
+$G eval --data data/ap89-judged-20 --split dev --max-queries 8 --teacher $C \
+  --student "$C?compressor=prefix&keep_item_prefix=0&num_gist=64" \
+  --student "$Z" --student "$Z&select_head_budget=adaptive" --out $K --run-dir $K/runs
