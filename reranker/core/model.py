@@ -465,7 +465,8 @@ class GistReranker(GistWeights):
                 raise KVFormatError(f"candidate {i}: query_start={x.query_start}, expected {start}")
             stored = x.prefix_tokens + compressor.tail_slots(k, x.item_tokens, x.prefix_tokens)
             if x.positions != stored:
-                raise KVFormatError(f"candidate {i}: {x.positions} positions a head, expected {stored}")
+                held = f"K/V shape {tuple(x.kv.shape)} holds {x.positions} positions a head"
+                raise KVFormatError(f"candidate {i}: {held}, expected {stored}")
             expected = (self.num_layers, 2, self.num_kv_heads, x.slots, self.head_dim)
             if tuple(x.kv.shape) != expected:
                 raise KVFormatError(f"candidate {i}: K/V shape {tuple(x.kv.shape)}, expected {expected}")
