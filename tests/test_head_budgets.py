@@ -15,6 +15,7 @@ from helpers import CATALOG_ITEMS, ITEMS, QUERY, CountingStore, catalog_row, mak
 from reranker.core import kv_codec, layout
 from reranker.core.compressors.select import _chosen
 from reranker.core.config import GistConfig, template_for
+from reranker.core.errors import FingerprintMismatchError
 from reranker.core.model import GistReranker
 from reranker.serving.status import Status
 
@@ -138,7 +139,7 @@ def test_per_head_budgets_are_part_of_the_fingerprint(tiny_base: Path) -> None:
     uniform = model.with_gist_config(model.gist.model_copy(update={"select_head_budget": "uniform"}))
     assert model.fingerprint != uniform.fingerprint
     kvs = model.compress(ITEMS[:1])
-    with pytest.raises(Exception, match="fingerprint"):
+    with pytest.raises(FingerprintMismatchError):
         uniform.score(QUERY, kvs)
 
 

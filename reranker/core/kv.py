@@ -24,6 +24,14 @@ import torch
 HeadTails = tuple[tuple[int, ...], ...]  # (L, H_kv): tail columns each layer's KV head keeps
 
 
+def held_columns(prefix_tokens: int, tail_lens: torch.Tensor) -> torch.Tensor:
+    """(L, H_kv) tail columns per head → (L, H_kv, p + S) bool, S the widest: which columns of a unit's
+    `kv` hold stored K/V (each head's prefix and share first), not per-head pad."""
+    return torch.arange(prefix_tokens + int(tail_lens.max()), device=tail_lens.device) < (
+        prefix_tokens + tail_lens[..., None]
+    )
+
+
 class Kept(NamedTuple):
     """What a compressor produces for one item and budget, before it is stamped as a `GistKV`."""
 
@@ -87,7 +95,7 @@ class GistKV:
 
     def real_columns(self) -> torch.Tensor:
         """(L, H_kv, p + S) bool: which columns of `kv` hold stored K/V (not per-head pad)."""
-        return torch.arange(self.slots) < self.prefix_tokens + self.tail_lens()[..., None]
+        return held_columns(self.prefix_tokens, self.tail_lens())
 
     @property
     def dtype(self) -> torch.dtype:

@@ -78,7 +78,7 @@ from safetensors.torch import load, save
 
 from reranker.core.compressors import compressor_for
 from reranker.core.errors import FingerprintMismatchError, GistRankError
-from reranker.core.kv import GistKV
+from reranker.core.kv import GistKV, held_columns
 
 MAGIC = b"GRKV"
 FORMAT_VERSION = 4  # 2: prefix_tokens; 3: compressor, budget, query_start; 4: per-head budgets
@@ -467,7 +467,7 @@ def decode(
         if (shares.sum(1) != num_kv_heads * tail).any():
             raise BlobMetadataError(f"head_tails: a layer's heads must share H_kv·s = {num_kv_heads * tail}")
         head_tails = tuple(tuple(row) for row in shares.tolist())
-        real = torch.arange(prefix_tokens + int(shares.max())) < prefix_tokens + shares[..., None]
+        real = held_columns(prefix_tokens, shares)
         tensors["kv"] = _unpack(tensors["kv"], real)
         if storage == "int8":
             tensors["v_scale"] = _unpack(tensors["v_scale"][:, None], real)[:, 0]

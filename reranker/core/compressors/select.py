@@ -42,7 +42,7 @@ from torch import nn
 
 from reranker.core import layout
 from reranker.core.compressors.base import Compressor
-from reranker.core.kv import Kept
+from reranker.core.kv import Kept, held_columns
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -161,7 +161,7 @@ def _select(
             # each head's kept columns in position order, then (past its count) a repeat of its first
             # one: a repeat changes no visible set (the reference's scatter), and its K/V is zeroed below
             cols = (~chosen).to(torch.int8).argsort(dim=-1, stable=True)[..., :widest]
-            real = torch.arange(widest, device=model.device) < counts[..., None]  # (L, H_kv, S)
+            real = held_columns(0, counts)  # (L, H_kv, S)
             cols = torch.where(real, cols, cols[..., :1]) + p
             layers = []
             for cache, at, keep in zip(result.cache.layers, cols + pad, real, strict=True):  # at: (H_kv, S)
