@@ -512,8 +512,9 @@ def train_gists(
     curve = trainer.fit()
     rate = trainer.pairs / max(trainer.cpu_seconds, 1e-9)
     typer.echo(
-        f"{len(curve)} steps, last loss {curve[-1]['loss']:.4f}, {rate:.1f} pairs per CPU-second; "
-        f"checkpoint: {out / 'checkpoint'}"
+        f"item K/V: {trainer.items.computed} items computed, {trainer.fill_seconds:.0f} s before the "
+        f"first step; {len(curve)} steps, last loss {curve[-1]['loss']:.4f}, {rate:.1f} pairs per "
+        f"CPU-second; checkpoint: {out / 'checkpoint'}"
     )
 
 

@@ -275,6 +275,35 @@ def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(tiny_base: 
         FrozenGistTrainer(again.model_copy(update={"num_gist": 3}), _toy_set(), tmp_path / "y", device="cpu")
 
 
+def test_every_training_items_kv_is_computed_before_the_clock_starts(tiny_base: Path, tmp_path: Path) -> None:
+    """`max_minutes` counts training steps: with a cache folder (or room for every item in memory) the
+    reader's item forwards all run before the first step, and a later run over the folder runs none;
+    where memory would not hold them all, a step computes what it draws."""
+    reader_path = GistReranker.from_pretrained(
+        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
+    ).save_pretrained(tmp_path / "reader")
+    cfg = FrozenGistConfig(
+        reader=str(reader_path), num_gist=4, adapter_rank=2, steps=2, candidates_per_list=3
+    )
+    train = _toy_set().split("train")
+    train_items = {i for q in train.queries for i, _ in train.candidates(q.query_id)}
+    cache = tmp_path / "kv"
+
+    first = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "a", device="cpu", cache_dir=cache)
+    curve = first.fit(progress=False)
+    assert first.items.computed == len(train_items) and first.fill_seconds > 0
+    assert [r["items_computed"] for r in curve] == [len(train_items)] * 2  # none within a step
+    assert len(list(cache.glob("*/*.kv"))) == len(train_items)
+
+    again = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "b", device="cpu", cache_dir=cache)
+    again.fit(progress=False)
+    assert again.items.computed == 0  # read back from the folder
+
+    small = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "c", device="cpu", memory_items=4)
+    curve = small.fit(progress=False)
+    assert small.fill_seconds == 0 and 0 < curve[0]["items_computed"] < len(train_items)
+
+
 def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(tiny_base: Path, tmp_path: Path) -> None:
     """Where the step computes in bf16, an Adam step smaller than half a bf16 ulp would leave a bf16
     weight unchanged forever; the fp32 master keeps it, and the weight moves once the sum is large."""
@@ -338,6 +367,7 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     assert len((out / "curve.jsonl").read_text().splitlines()) == 3
     rerun = runner.invoke(app, [*args, "--steps", "2"])  # the last --steps counts
     assert rerun.exit_code == 0, rerun.output
+    assert "item K/V: 0 items computed" in rerun.output  # read back from --cache-dir
     assert len((out / "curve.jsonl").read_text().splitlines()) == 2  # a fresh run's curve, not appended
 
     bench = tmp_path / "bench.json"
