@@ -299,6 +299,10 @@ def test_every_training_items_kv_is_computed_before_the_clock_starts(tiny_base: 
     again.fit(progress=False)
     assert again.items.computed == 0  # read back from the folder
 
+    in_memory = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "m", device="cpu")  # room for them all
+    curve = in_memory.fit(progress=False)
+    assert [r["items_computed"] for r in curve] == [len(train_items)] * 2
+
     small = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "c", device="cpu", memory_items=4)
     curve = small.fit(progress=False)
     assert small.fill_seconds == 0 and 0 < curve[0]["items_computed"] < len(train_items)
