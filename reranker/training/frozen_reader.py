@@ -149,8 +149,9 @@ class ItemKVCache:
         todo = [t for t in dict.fromkeys(texts) if t not in self.held and not self._exists(t)]
         with tqdm(total=len(todo), desc="item K/V (frozen reader)", disable=not progress) as bar:
             for start in range(0, len(todo), chunk):
-                self.get(todo[start : start + chunk])
-                bar.update(len(todo[start : start + chunk]))
+                part = todo[start : start + chunk]
+                self.get(part)
+                bar.update(len(part))
 
     def _exists(self, text: str) -> bool:
         return self.folder is not None and self._path(text).is_file()
