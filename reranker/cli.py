@@ -479,6 +479,18 @@ def train_gists(
     memory_items: Annotated[
         int, typer.Option(min=1, help="item K/V units held in memory (~16 MB each at 1024 bf16 tokens)")
     ] = 256,
+    holdout_queries: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="hold out the last N train queries: their lists pick the checkpoint's step (lowest "
+            "list-wise KL to the reader; early stopping within the train split)",
+        ),
+    ] = 0,
+    holdout_every: Annotated[int, typer.Option(min=1, help="steps between two held-out checks")] = 20,
+    holdout_patience: Annotated[
+        int | None, typer.Option(min=1, help="stop after this many held-out checks without a new best")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda when present)")] = None,
 ) -> None:
     """Train gists over a frozen reader: its item K/V computed once, the gists and their adapter
@@ -502,19 +514,30 @@ def train_gists(
                 "max_minutes": minutes,
                 "seed": seed,
                 "init_from": init_from,
+                "holdout_queries": holdout_queries,
+                "holdout_every": holdout_every,
+                "holdout_patience": holdout_patience,
             }
             | extra
         )
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise typer.BadParameter(problems) from err
-    trainer = FrozenGistTrainer(cfg, relevance, out, device, cache_dir, memory_items)
+    try:
+        trainer = FrozenGistTrainer(cfg, relevance, out, device, cache_dir, memory_items)
+    except ValueError as err:  # e.g. a holdout that leaves no query to train on
+        raise typer.BadParameter(str(err)) from err
     curve = trainer.fit()
+    steps = [row for row in curve if "loss" in row]
     rate = trainer.pairs / max(trainer.cpu_seconds, 1e-9)
+    kept = "the last step's gists"
+    if trainer.best is not None:
+        kept = f"the gists of step {trainer.best[1]}, held-out KL {trainer.best[0]:.4f}"
+    last = f"last loss {steps[-1]['loss']:.4f}, " if steps else ""
     typer.echo(
         f"item K/V: {trainer.items.computed} items computed, {trainer.fill_seconds:.0f} s before the "
-        f"first step; {len(curve)} steps, last loss {curve[-1]['loss']:.4f}, {rate:.1f} pairs per "
-        f"CPU-second; checkpoint: {out / 'checkpoint'}"
+        f"first step; {len(steps)} steps, {last}{rate:.1f} pairs per CPU-second; checkpoint "
+        f"({kept}): {out / 'checkpoint'}"
     )
 
 

@@ -308,6 +308,49 @@ def test_every_training_items_kv_is_computed_before_the_clock_starts(tiny_base: 
     assert small.fill_seconds == 0 and 0 < curve[0]["items_computed"] < len(train_items)
 
 
+def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(tiny_base: Path, tmp_path: Path) -> None:
+    """The last train queries are held out (never drawn); their lists' KL to the reader is checked every
+    few steps, the checkpoint holds the gists of the lowest, and patience ends a run that stopped
+    improving — here a learning rate too high, so the held-out KL rises again after its lowest."""
+    reader_path = GistReranker.from_pretrained(
+        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
+    ).save_pretrained(tmp_path / "reader")
+    data = _toy_set()
+    train_queries = [q.text for q in data.split("train").queries]
+    cfg = FrozenGistConfig(
+        reader=str(reader_path),
+        num_gist=4,
+        adapter_rank=4,
+        steps=30,
+        lists_per_step=4,
+        candidates_per_list=6,
+        lr=0.1,
+        holdout_queries=2,
+        holdout_every=3,
+    )
+    trainer = FrozenGistTrainer(cfg, data, tmp_path / "run", device="cpu")
+    assert trainer.queries == train_queries[:-2] and [q for q, _ in trainer.holdout] == train_queries[-2:]
+    curve = trainer.fit(progress=False)
+    checks = [row for row in curve if "holdout_kl" in row]
+    assert [row["step"] for row in checks] == list(range(0, 31, 3))  # the untrained gists first
+    best = min(checks, key=lambda row: row["holdout_kl"])
+    assert trainer.best is not None and trainer.best[1] == best["step"] == checks[-1]["best_step"]
+    # measured: 0.176 untrained, lowest 0.129 at step 15, 0.182 at step 30
+    assert best["step"] < cfg.steps and checks[-1]["holdout_kl"] > 1.2 * best["holdout_kl"]
+    kept = FrozenGistTrainer(
+        cfg.model_copy(update={"init_from": str(tmp_path / "run" / "checkpoint")}), data, tmp_path / "k"
+    )
+    assert kept.check_holdout()["holdout_kl"] == pytest.approx(best["holdout_kl"], rel=1e-4)
+
+    patient = FrozenGistTrainer(
+        cfg.model_copy(update={"holdout_patience": 2}), data, tmp_path / "p", device="cpu"
+    )
+    curve = patient.fit(progress=False)
+    assert patient.step < cfg.steps and patient.step - patient.best[1] == 2 * cfg.holdout_every
+    with pytest.raises(ValueError, match="leaves none of the 8 train queries"):
+        FrozenGistTrainer(cfg.model_copy(update={"holdout_queries": 8}), data, tmp_path / "x")
+
+
 def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(tiny_base: Path, tmp_path: Path) -> None:
     """Where the step computes in bf16, an Adam step smaller than half a bf16 ulp would leave a bf16
     weight unchanged forever; the fp32 master keeps it, and the weight moves once the sum is large."""

@@ -24,6 +24,10 @@ candidates, and pseudo-queries: a sentence of one candidate asked of its whole l
 per item). Back-propagation covers k + ℓ positions per pair instead of j + k + ℓ, and the item forward
 is paid once per item instead of once per step.
 
+With `holdout_queries`, the last train queries are never drawn: their whole lists score the gists every
+`holdout_every` steps (list-wise KL to the reader), and the checkpoint keeps the lowest's gists — the
+number of steps chosen without the dev split, which decides defaults.
+
 The result is an ordinary gist checkpoint (the reader's body, head and LoRA, untouched, plus gists and
 the gist adapter); its shadow is the reader's own full-context forward.
 """
@@ -50,6 +54,7 @@ from reranker.core.errors import QueryTooLongError
 from reranker.core.kv import GistKV
 from reranker.core.model import GistReranker, QueryTail, likelihood
 from reranker.data.relevance_data import RelevanceSet
+from reranker.ranking_metrics import ndcg_at_k, recall_at_k_vs_reference
 from reranker.training.objectives import distill_loss
 from reranker.training.trainer import CURVE_FILE
 
@@ -89,6 +94,17 @@ class FrozenGistConfig(BaseModel):
     )
     lr: float = Field(1e-3, gt=0.0)
     seed: int = 0
+    holdout_queries: int = Field(
+        0,
+        ge=0,
+        description="the last N train queries are never drawn: every `holdout_every` steps their whole "
+        "lists, each asked its own query, measure the list-wise KL to the reader, and the checkpoint "
+        "keeps the gists of the lowest (early stopping within the train split; dev stays for choices)",
+    )
+    holdout_every: int = Field(20, ge=1, description="steps between two held-out checks")
+    holdout_patience: int | None = Field(
+        None, ge=1, description="stop after this many held-out checks without a new lowest KL"
+    )
     init_from: str | None = Field(
         None,
         description="a gist checkpoint over the same reader, same k, t and adapter rank: its gists and "
@@ -331,10 +347,22 @@ class FrozenGistTrainer:
         self.items = ItemKVCache(self.reader, cache_dir, memory_items)
         self.targets: dict[tuple[str, str], float] = {}
         train = data.split("train")
-        self.lists = [[train.items[i].text for i, _ in train.candidates(q.query_id)] for q in train.queries]
-        self.queries = [q.text for q in train.queries]
-        if not self.lists:
+        if not train.queries:
             raise ValueError("the train split has no query")
+        drawn = len(train.queries) - cfg.holdout_queries
+        if drawn < 1:
+            raise ValueError(
+                f"holdout_queries={cfg.holdout_queries} leaves none of the {len(train.queries)} train "
+                "queries to train on"
+            )
+        judged = [
+            (q.text, [(train.items[i].text, label) for i, label in train.candidates(q.query_id)])
+            for q in train.queries
+        ]
+        self.queries = [query for query, _ in judged[:drawn]]
+        self.lists = [[text for text, _ in cands] for _, cands in judged[:drawn]]
+        self.holdout = judged[drawn:]  # (query, [(candidate text, label)]): never drawn by a step
+        self.best: tuple[float, int, list[torch.Tensor]] | None = None  # lowest held-out KL, step, masters
         self.rng = random.Random(cfg.seed)
         self.step = 0
         self.pairs = 0
@@ -451,10 +479,47 @@ class FrozenGistTrainer:
             for master, p in zip(self.master, self.trained, strict=True):
                 p.copy_(master)
 
+    def check_holdout(self) -> dict[str, float]:
+        """The gists as they are now on the held-out train queries' whole lists, each asked its own
+        query: mean list-wise KL to the reader (what early stopping minimises), overlap@10 with the
+        reader's ranking and nDCG@10 by the judgments; the lowest KL's gists are kept for the checkpoint."""
+        start = time.perf_counter()
+        kls, overlaps, ndcgs = [], [], []
+        with torch.inference_mode():
+            for query, cands in self.holdout:
+                texts, labels = [t for t, _ in cands], [label for _, label in cands]
+                items, lens = stack_items(self.items.get(texts), self.model.device)
+                student = student_scores(self.model, [query], items, lens, gist_kv(self.model, items, lens))
+                target = self._targets([query], texts, items, lens)
+                kls.append(float(distill_loss(student[0].float(), target[0].float(), self.cfg.temperature)))
+                overlaps.append(recall_at_k_vs_reference(student[0].tolist(), target[0].tolist(), 10))
+                ndcgs.append(ndcg_at_k(student[0].tolist(), labels, 10))
+        kl = sum(kls) / len(kls)
+        if self.best is None or kl < self.best[0]:
+            self.best = (kl, self.step, [m.detach().clone() for m in self.master])
+        return {
+            "step": self.step,
+            "holdout_kl": kl,
+            "holdout_overlap@10": sum(overlaps) / len(overlaps),
+            "holdout_ndcg@10": sum(ndcgs) / len(ndcgs),
+            "best_step": self.best[1],
+            "wall_seconds": time.perf_counter() - start,
+        }
+
+    def _keep_best(self) -> None:
+        """The trained parameters set back to the held-out check's best (no-op without a holdout)."""
+        if self.best is None:
+            return
+        with torch.no_grad():
+            for master, best, p in zip(self.master, self.best[2], self.trained, strict=True):
+                master.copy_(best)
+                p.copy_(best)
+
     def _fill_items(self, progress: bool) -> None:
         """Every training item's K/V before the clock starts — where they all stay (on disk, or within
         `memory_items`), so that `max_minutes` counts training steps, not the once-per-item forwards."""
-        texts = list(dict.fromkeys(t for texts in self.lists for t in texts))
+        held_out = ([t for t, _ in cands] for _, cands in self.holdout)
+        texts = list(dict.fromkeys(t for texts in [*self.lists, *held_out] for t in texts))
         if self.items.folder is None and len(texts) > self.items.memory_items:
             return  # they would not all stay: each is computed when a step first draws it
         start = time.perf_counter()
@@ -470,17 +535,32 @@ class FrozenGistTrainer:
             (self.out / CURVE_FILE).open("a" if self.step else "w") as log,  # a fresh run: its curve alone
             tqdm(total=self.cfg.steps, desc="train gists (frozen reader)", disable=not progress) as bar,
         ):
+
+            def log_row(record: dict[str, float]) -> None:
+                curve.append(record)
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+
+            patience = self.cfg.holdout_patience
+            if self.holdout:
+                log_row(self.check_holdout())  # the gists before this fit's steps: the level to beat
             while self.step < self.cfg.steps and (deadline is None or time.monotonic() < deadline):
                 start = time.perf_counter()
                 record = self.train_step()
                 record["wall_seconds"] = time.perf_counter() - start
-                curve.append(record)
-                log.write(json.dumps(record) + "\n")
-                log.flush()
+                log_row(record)
                 bar.update(1)
                 bar.set_postfix(
                     loss=f"{record['loss']:.4f}", pairs_per_cpu_s=f"{self.pairs / self.cpu_seconds:.1f}"
                 )
+                if self.holdout and self.step % self.cfg.holdout_every == 0:
+                    log_row(self.check_holdout())
+                    bar.set_postfix(holdout_kl=f"{curve[-1]['holdout_kl']:.4f}", best_step=self.best[1])
+                    if patience and self.step - self.best[1] >= patience * self.cfg.holdout_every:
+                        break  # no new lowest held-out KL in `patience` checks
+            if self.holdout and self.step % self.cfg.holdout_every:
+                log_row(self.check_holdout())  # the last steps, which no periodic check saw
+        self._keep_best()
         self.model.eval().save_pretrained(self.out / "checkpoint")
         (self.out / "config.json").write_text(self.cfg.model_dump_json(indent=2) + "\n")
         return curve
