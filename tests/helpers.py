@@ -179,3 +179,8 @@ def bytes_array(values: list[object]) -> np.ndarray:
     out = np.empty(len(values), dtype=np.object_)
     out[:] = values
     return out
+
+
+def unboxed(output: str) -> str:
+    """A usage error's message without the box rich draws around it (and without spaces)."""
+    return "".join(c for c in output if c not in "│ \n")

@@ -6,17 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import unboxed
 from typer.testing import CliRunner
 
 from reranker.catalog.sample import sample_catalog, sample_queries
 from reranker.cli import app
 
 runner = CliRunner()
-
-
-def unboxed(output: str) -> str:
-    """A usage error's message without the box rich draws around it (and without spaces)."""
-    return "".join(c for c in output if c not in "│ \n")
 
 
 def test_demo_ranks_every_sample_query(tiny_base: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ITEMS, QUERY
+from helpers import ITEMS, QUERY, unboxed
 
 from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
 from reranker.core.model import GistReranker
@@ -416,6 +416,11 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     assert rerun.exit_code == 0, rerun.output
     assert "item K/V: 0 items computed" in rerun.output  # read back from --cache-dir
     assert len((out / "curve.jsonl").read_text().splitlines()) == 2  # a fresh run's curve, not appended
+    held = runner.invoke(app, [*args, "--steps", "2", "--holdout-queries", "1", "--holdout-every", "1"])
+    assert held.exit_code == 0, held.output
+    assert "checkpoint (the gists of step " in held.output  # the held-out check's pick, said
+    everything = runner.invoke(app, [*args, "--holdout-queries", "10000"])
+    assert everything.exit_code != 0 and "leavesnoneofthe" in unboxed(everything.output)
 
     bench = tmp_path / "bench.json"
     args = [
