@@ -1,0 +1,39 @@
+"""Paired differences over the 47 dev topics (95% bootstrap interval; topics better / worse): the
+early-stopped hybrid (40 train topics, 5 held out) against prefix 64 in this evaluation, against its
+untrained start, and against the 24-topic runs of ../ap89-judged-20-dev-47-hybrid-t48-k16/ (75 minutes)
+and ../ap89-judged-20-dev-hybrid-t48-k16/dev47/ (40 minutes). Run from the repository root:
+`.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-es/paired.py`."""
+
+import json
+from pathlib import Path
+
+from reranker.evaluation.results import bootstrap_ci
+
+HERE = Path(__file__).parent
+NEW = json.loads((HERE / "results.json").read_text())
+M75 = json.loads((HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16" / "results.json").read_text())
+M40 = json.loads((HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47" / "results.json").read_text())
+HYBRID = "gist t=48 k=16"
+PAIRS = [
+    ("early-stopped hybrid − prefix 64", NEW, HYBRID, NEW, "prefix k=64"),
+    ("early-stopped hybrid − its untrained start", NEW, HYBRID, NEW, f"untrained gists {HYBRID[5:]}"),
+    ("early-stopped hybrid − 24-topic hybrid, 40 min", NEW, HYBRID, M40, HYBRID),
+    ("early-stopped hybrid − 24-topic hybrid, 75 min", NEW, HYBRID, M75, HYBRID),
+    ("early-stopped hybrid + BM25 − prefix 64 + BM25", NEW, f"{HYBRID} + bm25", NEW, "prefix k=64 + bm25"),
+]
+
+
+def by_query(result: dict, system: str) -> dict[str, dict]:
+    return {r["query_id"]: r for r in result["records"] if r["system"] == system}
+
+
+for label, a, sa, b, sb in PAIRS:
+    first, second = by_query(a, sa), by_query(b, sb)
+    assert first.keys() == second.keys(), label
+    cells = []
+    for metric in ("ndcg@10", "recall@5", "recall@10"):
+        diffs = [first[q][metric] - second[q][metric] for q in sorted(first)]
+        low, high = bootstrap_ci(diffs)
+        better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        cells.append(f"{sum(diffs) / len(diffs):+.3f} [{low:+.3f}, {high:+.3f}] ({better} / {worse})")
+    print(f"| {label} | " + " | ".join(cells) + " |")
