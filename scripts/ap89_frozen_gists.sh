@@ -24,12 +24,13 @@ TRAIN_QUERIES=${TRAIN_QUERIES:-45}
 MAX_QUERIES=${MAX_QUERIES:-24}
 DEVICE=${DEVICE:-cpu}
 MINUTES=${MINUTES:-}  # the steps' wall time (item K/V computed before it): training stops there, whatever STEPS says
+HOLDOUT_QUERIES=${HOLDOUT_QUERIES:-}  # the last N of the TRAIN_QUERIES never drawn: their lists pick the step kept (early stopping)
 CONFIG=${CONFIG:-configs/frozen_gists/ap89.json}  # further FrozenGistConfig fields (lists per step, lr, …)
 CACHE_DIR=${CACHE_DIR-$OUT/item-kv}  # empty: the item K/V stays in memory (MEMORY_ITEMS units)
 MEMORY_ITEMS=${MEMORY_ITEMS:-256}
 POOL_WINDOWS=${POOL_WINDOWS:-}  # non-empty: each gist reads only its own span of the item (GistPool)
 READER=${READER:-gistrank-base-ql-prefix64}  # default: the default model, whose reader is the untouched base; or gistrank-teacher-lora (head rule)
-RUN=$OUT/gists-frozen-k$K${POOL_WINDOWS:+-pool}-q$TRAIN_QUERIES-s$STEPS${MINUTES:+-m$MINUTES}-$DEVICE
+RUN=$OUT/gists-frozen-k$K${POOL_WINDOWS:+-pool}-q$TRAIN_QUERIES${HOLDOUT_QUERIES:+-h$HOLDOUT_QUERIES}-s$STEPS${MINUTES:+-m$MINUTES}-$DEVICE
 
 set_for() { echo "data/ap89-${1/:/-}"; }
 for CANDS in $SETS; do
@@ -40,6 +41,7 @@ done
 [ -d "$RUN/checkpoint" ] || "$GISTRANK" train-gists --reader "$READER" --data "$(set_for judged:20)" \
   --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \
   --device "$DEVICE" ${MINUTES:+--minutes "$MINUTES"} ${CONFIG:+--config "$CONFIG"} \
+  ${HOLDOUT_QUERIES:+--holdout-queries "$HOLDOUT_QUERIES"} \
   ${CACHE_DIR:+--cache-dir "$CACHE_DIR"} --memory-items "$MEMORY_ITEMS" ${POOL_WINDOWS:+--pool-windows} \
   --out "$RUN"
 # every system is read by the trained run's body — the frozen reader, in the dtype it was trained in
