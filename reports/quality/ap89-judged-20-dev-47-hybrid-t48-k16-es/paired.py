@@ -1,8 +1,9 @@
-"""Paired differences over the 47 dev topics (95% bootstrap interval; topics better / worse): the
-early-stopped hybrid (40 train topics, 5 held out) against prefix 64 in this evaluation, against its
-untrained start, and against the 24-topic runs of ../ap89-judged-20-dev-47-hybrid-t48-k16/ (75 minutes)
-and ../ap89-judged-20-dev-hybrid-t48-k16/dev47/ (40 minutes). Run from the repository root:
-`.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-es/paired.py`."""
+"""Paired differences (95% bootstrap interval; topics better / worse) of the early-stopped hybrid (40
+train topics, 5 held out): on the 47 dev topics' judged lists against prefix 64 in this evaluation,
+against its untrained start, and against the 24-topic runs of ../ap89-judged-20-dev-47-hybrid-t48-k16/
+(75 minutes) and ../ap89-judged-20-dev-hybrid-t48-k16/dev47/ (40 minutes); on BM25's top 20 for 24 dev
+topics (../ap89-bm25-20-dev-24-hybrid-t48-k16-es/) against prefix 64 and its untrained start. Run from
+the repository root: `.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-es/paired.py`."""
 
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ HERE = Path(__file__).parent
 NEW = json.loads((HERE / "results.json").read_text())
 M75 = json.loads((HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16" / "results.json").read_text())
 M40 = json.loads((HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47" / "results.json").read_text())
+BM25 = json.loads((HERE.parent / "ap89-bm25-20-dev-24-hybrid-t48-k16-es" / "results.json").read_text())
 HYBRID = "gist t=48 k=16"
 PAIRS = [
     ("early-stopped hybrid − prefix 64", NEW, HYBRID, NEW, "prefix k=64"),
@@ -20,6 +22,14 @@ PAIRS = [
     ("early-stopped hybrid − 24-topic hybrid, 40 min", NEW, HYBRID, M40, HYBRID),
     ("early-stopped hybrid − 24-topic hybrid, 75 min", NEW, HYBRID, M75, HYBRID),
     ("early-stopped hybrid + BM25 − prefix 64 + BM25", NEW, f"{HYBRID} + bm25", NEW, "prefix k=64 + bm25"),
+    ("BM25's top 20: early-stopped hybrid − prefix 64", BM25, HYBRID, BM25, "prefix k=64"),
+    (
+        "BM25's top 20: early-stopped hybrid − its untrained start",
+        BM25,
+        HYBRID,
+        BM25,
+        f"untrained gists {HYBRID[5:]}",
+    ),
 ]
 
 
