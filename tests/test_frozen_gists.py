@@ -349,6 +349,8 @@ def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(tiny_base: Pat
     assert patient.step < cfg.steps and patient.step - patient.best[1] == 2 * cfg.holdout_every
     with pytest.raises(ValueError, match="leaves none of the 8 train queries"):
         FrozenGistTrainer(cfg.model_copy(update={"holdout_queries": 8}), data, tmp_path / "x")
+    with pytest.raises(ValueError, match="holdout_patience needs holdout_queries"):
+        FrozenGistConfig(reader=str(reader_path), holdout_patience=2)
 
 
 def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(tiny_base: Path, tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
@@ -110,6 +110,12 @@ class FrozenGistConfig(BaseModel):
         description="a gist checkpoint over the same reader, same k, t and adapter rank: its gists and "
         "adapter are the starting point (training continued, e.g. on another machine)",
     )
+
+    @model_validator(mode="after")
+    def _patience_needs_a_holdout(self) -> FrozenGistConfig:
+        if self.holdout_patience is not None and not self.holdout_queries:
+            raise ValueError("holdout_patience needs holdout_queries > 0: nothing would be checked")
+        return self
 
 
 # ------------------------------------------------------------------------------------ the item's K/V
