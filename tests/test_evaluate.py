@@ -32,6 +32,7 @@ from reranker.evaluation.results import (
     QueryRecord,
     SystemFacts,
     merge_results,
+    paired_across,
     paired_differences,
 )
 from reranker.evaluation.runner import evaluate, score_queries
@@ -213,6 +214,30 @@ def test_paired_differences_by_hand() -> None:
     low, high = ndcg10.ci95
     assert -0.2 - 1e-12 <= low < ndcg10.mean < high <= 0.5 + 1e-12  # within the extremes
     assert row.by_metric["recall@5"] == Difference(mean=0.0, ci95=[0.0, 0.0], better=0, worse=0)
+
+
+def test_paired_across_two_evaluations_by_hand() -> None:
+    """A system in one results.json minus another in a second one, query by query; refused unless both
+    were read on the same queries."""
+
+    def result(system: str, ndcg: dict[str, float]) -> EvalResult:
+        records = [
+            QueryRecord(system, q, False, 0, dict.fromkeys(METRICS, 0.0) | {"ndcg@10": v})
+            for q, v in ndcg.items()
+        ]
+        return EvalResult(
+            "dev", "t", [system], [], len(ndcg), {system: SystemFacts("gist", 2)}, {}, {}, records
+        )
+
+    new = result("gist k=2", {"q2": 0.9, "q1": 0.3})
+    old = EvalResult.from_json(json.loads(json.dumps(result("gist k=2", {"q1": 0.5, "q2": 0.4}).to_json())))
+    diff = paired_across(new, "gist k=2", old, "gist k=2", "ndcg@10")
+    assert math.isclose(diff.mean, (-0.2 + 0.5) / 2) and (diff.better, diff.worse) == (1, 1)
+    assert str(diff).startswith("+0.150 [")
+    with pytest.raises(ValueError, match="not evaluated on the same queries"):
+        paired_across(new, "gist k=2", result("gist k=2", {"q1": 0.5}), "gist k=2", "ndcg@10")
+    with pytest.raises(ValueError, match="not evaluated on the same queries"):
+        paired_across(new, "prefix k=2", old, "gist k=2", "ndcg@10")  # a system it did not read
 
 
 def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:

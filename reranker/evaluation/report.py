@@ -152,10 +152,7 @@ def markdown_report(result: EvalResult) -> str:
         columns = " | ".join(f"Δ {header(m)}" for m in PAIRED_METRICS)
         lines += ["", title + ":", "", f"| student | control | {columns} |", "|---|---|---|---|"]
         for row in paired:
-            cells = [
-                f"{d.mean:+.3f} [{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}] ({d.better} / {d.worse})"
-                for d in (row.by_metric[m] for m in PAIRED_METRICS)
-            ]
+            cells = [str(row.by_metric[m]) for m in PAIRED_METRICS]
             lines.append(f"| {row.student} | {row.control} | " + " | ".join(cells) + " |")
     cuts = result.length_quartile_cuts_tokens
     by_length = f"{header('recall@5').capitalize()} by item-length quartile"

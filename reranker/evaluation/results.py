@@ -1,9 +1,10 @@
 """What an evaluation records and writes: per system and query the METRICS (`QueryRecord`), their means
-and intervals (`SystemSummary`, `summarize`), each student minus its controls (`paired_differences`),
-and the whole evaluation as results.json (`EvalResult`, written by `report.write_outputs` and read back
-by `EvalResult.from_json`); `merge_results` joins evaluations of different students on the same
-queries into one. Data and arithmetic on it, no model: the runner, the report and the plots build
-on it, and `gistrank eval-merge` needs nothing else.
+and intervals (`SystemSummary`, `summarize`), each student minus its controls (`paired_differences`;
+one system against another across two evaluations: `paired_across`), and the whole evaluation as
+results.json (`EvalResult`, written by `report.write_outputs` and read back by `EvalResult.from_json`);
+`merge_results` joins evaluations of different students on the same queries into one. Data and
+arithmetic on it, no model: the runner, the report and the plots build on it, and `gistrank eval-merge`
+needs nothing else.
 """
 
 from __future__ import annotations
@@ -146,6 +147,19 @@ class Difference:
     better: int  # queries where the student scored higher
     worse: int
 
+    @classmethod
+    def of(cls, diffs: Sequence[float]) -> Difference:
+        """From the per-query differences (student − control)."""
+        return cls(
+            mean=sum(diffs) / len(diffs),
+            ci95=list(bootstrap_ci(diffs)),
+            better=sum(d > 0 for d in diffs),
+            worse=sum(d < 0 for d in diffs),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.3f} [{self.ci95[0]:+.3f}, {self.ci95[1]:+.3f}] ({self.better} / {self.worse})"
+
 
 @dataclass(frozen=True)
 class PairedDifference:
@@ -229,14 +243,21 @@ def paired_differences(
         by_metric = {}
         for metric in PAIRED_METRICS:
             diffs = [by_key[student, q].metrics[metric] - by_key[control, q].metrics[metric] for q in queries]
-            by_metric[metric] = Difference(
-                mean=sum(diffs) / len(diffs),
-                ci95=list(bootstrap_ci(diffs)),
-                better=sum(d > 0 for d in diffs),
-                worse=sum(d < 0 for d in diffs),
-            )
+            by_metric[metric] = Difference.of(diffs)
         rows.append(PairedDifference(student, control, by_metric))
     return rows
+
+
+def paired_across(
+    first: EvalResult, student: str, second: EvalResult, control: str, metric: str
+) -> Difference:
+    """`student` in one evaluation minus `control` in another (or the same), query by query — two runs
+    of the same queries, e.g. a new checkpoint against an earlier one's results.json."""
+    a = {r.query_id: r for r in first.records if r.system == student}
+    b = {r.query_id: r for r in second.records if r.system == control}
+    if not a or a.keys() != b.keys():
+        raise ValueError(f"{student!r} and {control!r} were not evaluated on the same queries")
+    return Difference.of([a[q].metrics[metric] - b[q].metrics[metric] for q in sorted(a)])
 
 
 def metric_header(metric: str, gain: str = "linear") -> str:

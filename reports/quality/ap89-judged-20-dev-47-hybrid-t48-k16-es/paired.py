@@ -8,13 +8,19 @@ the repository root: `.venv/bin/python reports/quality/ap89-judged-20-dev-47-hyb
 import json
 from pathlib import Path
 
-from reranker.evaluation.results import bootstrap_ci
+from reranker.evaluation.results import EvalResult, paired_across
 
 HERE = Path(__file__).parent
-NEW = json.loads((HERE / "results.json").read_text())
-M75 = json.loads((HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16" / "results.json").read_text())
-M40 = json.loads((HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47" / "results.json").read_text())
-BM25 = json.loads((HERE.parent / "ap89-bm25-20-dev-24-hybrid-t48-k16-es" / "results.json").read_text())
+NEW = EvalResult.from_json(json.loads((HERE / "results.json").read_text()))
+M75 = EvalResult.from_json(
+    json.loads((HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16" / "results.json").read_text())
+)
+M40 = EvalResult.from_json(
+    json.loads((HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47" / "results.json").read_text())
+)
+BM25 = EvalResult.from_json(
+    json.loads((HERE.parent / "ap89-bm25-20-dev-24-hybrid-t48-k16-es" / "results.json").read_text())
+)
 HYBRID = "gist t=48 k=16"
 PAIRS = [
     ("early-stopped hybrid − prefix 64", NEW, HYBRID, NEW, "prefix k=64"),
@@ -33,17 +39,6 @@ PAIRS = [
 ]
 
 
-def by_query(result: dict, system: str) -> dict[str, dict]:
-    return {r["query_id"]: r for r in result["records"] if r["system"] == system}
-
-
 for label, a, sa, b, sb in PAIRS:
-    first, second = by_query(a, sa), by_query(b, sb)
-    assert first.keys() == second.keys(), label
-    cells = []
-    for metric in ("ndcg@10", "recall@5", "recall@10"):
-        diffs = [first[q][metric] - second[q][metric] for q in sorted(first)]
-        low, high = bootstrap_ci(diffs)
-        better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
-        cells.append(f"{sum(diffs) / len(diffs):+.3f} [{low:+.3f}, {high:+.3f}] ({better} / {worse})")
+    cells = [str(paired_across(a, sa, b, sb, metric)) for metric in ("ndcg@10", "recall@5", "recall@10")]
     print(f"| {label} | " + " | ".join(cells) + " |")
