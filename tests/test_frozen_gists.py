@@ -110,6 +110,14 @@ def test_item_kv_is_the_readers_whatever_the_gist_parameters(reader: GistReranke
         assert not torch.allclose(a[..., j:, :], b[..., j:, :], atol=1e-4)  # the adapter acts on gists
 
 
+@pytest.fixture
+def reader_path(tiny_base: Path, tmp_path: Path) -> Path:
+    """The tiny base saved as a float32 reader (items up to 64 tokens), as `train-gists --reader` takes it."""
+    return GistReranker.from_pretrained(
+        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
+    ).save_pretrained(tmp_path / "reader")
+
+
 def _toy_set() -> RelevanceSet:
     """16 items of distinct words, 8 train and 4 test queries with 6 candidates each."""
     rng = random.Random(0)
@@ -171,12 +179,9 @@ def _mean_kl(model: GistReranker, reader: GistReranker, data: RelevanceSet) -> f
 
 
 def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_weight(
-    tiny_base: Path, tmp_path: Path
+    reader_path: Path, tmp_path: Path
 ) -> None:
     data = _toy_set()
-    reader_path = GistReranker.from_pretrained(
-        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
-    ).save_pretrained(tmp_path / "reader")
     cfg = FrozenGistConfig(
         reader=str(reader_path),
         num_gist=4,
@@ -253,10 +258,9 @@ def test_the_per_token_kl_trains_a_likelihood_readers_gists_and_is_refused_for_a
         FrozenGistTrainer(cfg.model_copy(update={"reader": str(head)}), data, tmp_path / "x", device="cpu")
 
 
-def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(tiny_base: Path, tmp_path: Path) -> None:
-    reader_path = GistReranker.from_pretrained(
-        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
-    ).save_pretrained(tmp_path / "reader")
+def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(
+    reader_path: Path, tmp_path: Path
+) -> None:
     first = FrozenGistConfig(reader=str(reader_path), num_gist=4, adapter_rank=4, steps=3, lr=2e-2)
     FrozenGistTrainer(first, _toy_set(), tmp_path / "first", device="cpu").fit(progress=False)
     ckpt = GistReranker.from_pretrained(tmp_path / "first" / "checkpoint", device="cpu")
@@ -275,13 +279,12 @@ def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(tiny_base: 
         FrozenGistTrainer(again.model_copy(update={"num_gist": 3}), _toy_set(), tmp_path / "y", device="cpu")
 
 
-def test_every_training_items_kv_is_computed_before_the_clock_starts(tiny_base: Path, tmp_path: Path) -> None:
+def test_every_training_items_kv_is_computed_before_the_clock_starts(
+    reader_path: Path, tmp_path: Path
+) -> None:
     """`max_minutes` counts training steps: with a cache folder (or room for every item in memory) the
     reader's item forwards all run before the first step, and a later run over the folder runs none;
     where memory would not hold them all, a step computes what it draws."""
-    reader_path = GistReranker.from_pretrained(
-        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
-    ).save_pretrained(tmp_path / "reader")
     cfg = FrozenGistConfig(
         reader=str(reader_path), num_gist=4, adapter_rank=2, steps=2, candidates_per_list=3
     )
@@ -308,13 +311,10 @@ def test_every_training_items_kv_is_computed_before_the_clock_starts(tiny_base: 
     assert small.fill_seconds == 0 and 0 < curve[0]["items_computed"] < len(train_items)
 
 
-def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(tiny_base: Path, tmp_path: Path) -> None:
+def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(reader_path: Path, tmp_path: Path) -> None:
     """The last train queries are held out (never drawn); their lists' KL to the reader is checked every
     few steps, the checkpoint holds the gists of the lowest, and patience ends a run that stopped
     improving — here a learning rate too high, so the held-out KL rises again after its lowest."""
-    reader_path = GistReranker.from_pretrained(
-        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
-    ).save_pretrained(tmp_path / "reader")
     data = _toy_set()
     train_queries = [q.text for q in data.split("train").queries]
     cfg = FrozenGistConfig(
@@ -353,12 +353,9 @@ def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(tiny_base: Pat
         FrozenGistConfig(reader=str(reader_path), holdout_patience=2)
 
 
-def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(tiny_base: Path, tmp_path: Path) -> None:
+def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(reader_path: Path, tmp_path: Path) -> None:
     """Where the step computes in bf16, an Adam step smaller than half a bf16 ulp would leave a bf16
     weight unchanged forever; the fp32 master keeps it, and the weight moves once the sum is large."""
-    reader_path = GistReranker.from_pretrained(
-        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
-    ).save_pretrained(tmp_path / "reader")
     cfg = FrozenGistConfig(reader=str(reader_path), num_gist=4, adapter_rank=0, lr=1e-4)
     trainer = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "run", device="cpu")
     gists = trainer.trained[0]
