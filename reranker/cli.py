@@ -532,7 +532,7 @@ def train_gists(
     rate = trainer.pairs / max(trainer.cpu_seconds, 1e-9)
     kept = "the last step's gists"
     if trainer.best is not None:
-        kept = f"the gists of step {trainer.best[1]}, held-out KL {trainer.best[0]:.4f}"
+        kept = f"the gists of step {trainer.best.step}, held-out KL {trainer.best.kl:.4f}"
     last = f"last loss {steps[-1]['loss']:.4f}, " if steps else ""
     typer.echo(
         f"item K/V: {trainer.items.computed} items computed, {trainer.fill_seconds:.0f} s before the "

@@ -334,7 +334,7 @@ def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(reader_path: P
     checks = [row for row in curve if "holdout_kl" in row]
     assert [row["step"] for row in checks] == list(range(0, 31, 3))  # the untrained gists first
     best = min(checks, key=lambda row: row["holdout_kl"])
-    assert trainer.best is not None and trainer.best[1] == best["step"] == checks[-1]["best_step"]
+    assert trainer.best is not None and trainer.best.step == best["step"] == checks[-1]["best_step"]
     # measured: 0.176 untrained, lowest 0.129 at step 15, 0.182 at step 30
     assert best["step"] < cfg.steps and checks[-1]["holdout_kl"] > 1.2 * best["holdout_kl"]
     kept = FrozenGistTrainer(
@@ -346,7 +346,7 @@ def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(reader_path: P
         cfg.model_copy(update={"holdout_patience": 2}), data, tmp_path / "p", device="cpu"
     )
     curve = patient.fit(progress=False)
-    assert patient.step < cfg.steps and patient.step - patient.best[1] == 2 * cfg.holdout_every
+    assert patient.step < cfg.steps and patient.step - patient.best.step == 2 * cfg.holdout_every
     with pytest.raises(ValueError, match="leaves none of the 8 train queries"):
         FrozenGistTrainer(cfg.model_copy(update={"holdout_queries": 8}), data, tmp_path / "x")
     with pytest.raises(ValueError, match="holdout_patience needs holdout_queries"):

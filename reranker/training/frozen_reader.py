@@ -42,6 +42,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -306,6 +307,14 @@ def pseudo_query(text: str, rng: random.Random, min_words: int = 5, max_words: i
 
 
 # ------------------------------------------------------------------------------------------ training
+class HeldOutBest(NamedTuple):
+    """The held-out check with the lowest KL so far: its step and the fp32 masters of that step."""
+
+    kl: float
+    step: int
+    masters: list[torch.Tensor]
+
+
 class FrozenGistTrainer:
     """One run: the reader loaded and frozen, the student (reader + gists + adapter) trained by
     list-wise distillation; `fit` writes `curve.jsonl` and `checkpoint/` into `out`."""
@@ -368,7 +377,7 @@ class FrozenGistTrainer:
         self.queries = [query for query, _ in judged[:drawn]]
         self.lists = [[text for text, _ in cands] for _, cands in judged[:drawn]]
         self.holdout = judged[drawn:]  # (query, [(candidate text, label)]): never drawn by a step
-        self.best: tuple[float, int, list[torch.Tensor]] | None = None  # lowest held-out KL, step, masters
+        self.best: HeldOutBest | None = None
         self.rng = random.Random(cfg.seed)
         self.step = 0
         self.pairs = 0
@@ -501,14 +510,14 @@ class FrozenGistTrainer:
                 overlaps.append(recall_at_k_vs_reference(student[0].tolist(), target[0].tolist(), 10))
                 ndcgs.append(ndcg_at_k(student[0].tolist(), labels, 10))
         kl = sum(kls) / len(kls)
-        if self.best is None or kl < self.best[0]:
-            self.best = (kl, self.step, [m.detach().clone() for m in self.master])
+        if self.best is None or kl < self.best.kl:
+            self.best = HeldOutBest(kl, self.step, [m.detach().clone() for m in self.master])
         return {
             "step": self.step,
             "holdout_kl": kl,
             "holdout_overlap@10": sum(overlaps) / len(overlaps),
             "holdout_ndcg@10": sum(ndcgs) / len(ndcgs),
-            "best_step": self.best[1],
+            "best_step": self.best.step,
             "wall_seconds": time.perf_counter() - start,
         }
 
@@ -517,7 +526,7 @@ class FrozenGistTrainer:
         if self.best is None:
             return
         with torch.no_grad():
-            for master, best, p in zip(self.master, self.best[2], self.trained, strict=True):
+            for master, best, p in zip(self.master, self.best.masters, self.trained, strict=True):
                 master.copy_(best)
                 p.copy_(best)
 
@@ -561,8 +570,8 @@ class FrozenGistTrainer:
                 )
                 if self.holdout and self.step % self.cfg.holdout_every == 0:
                     log_row(self.check_holdout())
-                    bar.set_postfix(holdout_kl=f"{curve[-1]['holdout_kl']:.4f}", best_step=self.best[1])
-                    if patience and self.step - self.best[1] >= patience * self.cfg.holdout_every:
+                    bar.set_postfix(holdout_kl=f"{curve[-1]['holdout_kl']:.4f}", best_step=self.best.step)
+                    if patience and self.step - self.best.step >= patience * self.cfg.holdout_every:
                         break  # no new lowest held-out KL in `patience` checks
             if self.holdout and self.step % self.cfg.holdout_every:
                 log_row(self.check_holdout())  # the last steps, which no periodic check saw
