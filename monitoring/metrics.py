@@ -62,6 +62,13 @@ CONSUMER_BATCH_RETRIES = Counter(
     "Batches rewound and retried because the feature store, the catalog, the dead-letter produce or the "
     "commit failed, or compression ran out of memory.",
 )
+CONSUMER_REJOINS = Counter(
+    "gistrank_consumer_rejoins_total",
+    "Times the consumer left and rejoined its group because the Kafka client stopped consuming: "
+    "`lost_rebalance` (rebalancing without partitions), `stalled_partition` (an assigned partition "
+    "behind its end offset while polls come back empty).",
+    ["reason"],
+)
 CONSUMER_LAG = Gauge(
     "gistrank_consumer_lag_records",
     "Records behind the partition's high watermark, per assigned partition.",
@@ -77,5 +84,7 @@ for _reason in DEAD_LETTER_REASONS:
     CONSUMER_DEAD_LETTERED.labels(reason=_reason)
 for _reason in SKIP_REASONS:
     CONSUMER_SKIPPED.labels(reason=_reason)
+for _reason in ("lost_rebalance", "stalled_partition"):
+    CONSUMER_REJOINS.labels(reason=_reason)
 for _op in ("upsert", "delete"):
     EVENTS_PUBLISHED.labels(op=_op)

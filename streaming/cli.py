@@ -246,6 +246,15 @@ def consume(
     idle_exit_s: Annotated[
         float | None, typer.Option(min=0, help="exit after this long without records")
     ] = None,
+    rejoin_after_s: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            envvar="GISTRANK_KAFKA_REJOIN_AFTER_S",
+            help="leave and rejoin the group when the Kafka client has stopped consuming for this long "
+            "(rebalancing without partitions, or no records while behind on a partition)",
+        ),
+    ] = 60.0,
 ) -> None:
     """Consume change events: compress changed items into the gist store; SIGTERM finishes the batch."""
     from streaming.consumer import ForeignGroupError, GistConsumer
@@ -270,6 +279,7 @@ def consume(
             compress_batch_size=compress_batch_size,
             storage_dtype=storage_dtype.value if storage_dtype else None,
             catalog=Catalog(catalog_url) if catalog_url else None,
+            rejoin_after_s=rejoin_after_s,
         )
     except ForeignGroupError as exc:
         typer.echo(f"error: {exc}", err=True)

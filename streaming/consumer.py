@@ -69,6 +69,7 @@ from monitoring.metrics import (
     CONSUMER_DELETED,
     CONSUMER_EVENTS,
     CONSUMER_LAG,
+    CONSUMER_REJOINS,
     CONSUMER_SKIPPED,
 )
 from reranker.catalog.database import Catalog, CatalogState
@@ -221,6 +222,7 @@ class GistConsumer:
         self._dlq = KafkaProducer(**settings.producer_kwargs(DLQ_MAX_MESSAGE_BYTES))
         self._lag_partitions: set[TopicPartition] = set()
         self._rebalancing_since: float | None = None
+        self._backlog_checked = 0.0  # monotonic time of the last stalled-partition check
 
     # ------------------------------------------------------------------------------------ the loop
     def run(
@@ -251,7 +253,7 @@ class GistConsumer:
                     continue
                 records = [record for batch in polled.values() for record in batch]
                 if not records:
-                    self._check_membership()
+                    self._check_membership(idle_s=time.monotonic() - idle_since)
                     self._update_lag()
                     if idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
                         log.info("no records for %.1f s; exiting", idle_exit_s)
@@ -282,25 +284,61 @@ class GistConsumer:
         self._consumer.close(autocommit=False)
         self._dlq.close(timeout=self.ack_timeout_s)
 
-    def _check_membership(self) -> None:
-        """Work around kafka-python 3.0.12 losing the result of a rebalance.
+    def _check_membership(self, idle_s: float) -> None:
+        """Work around kafka-python 3.0.12 losing track of its partitions (called after an empty poll).
 
-        When a rebalance that the group leader starts itself (the topic's metadata changed) completes just
-        as poll()'s timeout expires, the client drops the result: it stays "rebalancing" with no partitions
-        while the broker counts them as assigned to it, so they are never consumed. Leaving and rejoining
-        the group recovers; a genuine rebalance finishes long before `rejoin_after_s`.
+        Two states are known in which the client stops consuming what the broker counts as its own:
+        - a lost rebalance: when a rebalance that the group leader starts itself (the topic's metadata
+          changed) completes just as poll()'s timeout expires, the client drops the result and stays
+          "rebalancing" with no partitions;
+        - a stalled partition (dpkp/kafka-python#3131): an assigned partition is never fetched again, so
+          polls come back empty while its end offset is past the group's committed offset.
+        Either lasting `rejoin_after_s` is repaired by leaving and rejoining the group. A genuine rebalance
+        finishes, and an idle consumer has committed up to its partitions' ends, long before that; the
+        offsets are asked of the broker at most once per `rejoin_after_s` of idleness. (A topic written by
+        transactional producers would end in a marker no record commits past; the publisher is not one.)
         """
-        if self._consumer.assignment() or self._consumer.group_metadata().state != MemberState.REBALANCING:
-            self._rebalancing_since = None
-            return
+        assigned = self._consumer.assignment()
         now = time.monotonic()
-        if self._rebalancing_since is None:
+        reason = None
+        if assigned or self._consumer.group_metadata().state != MemberState.REBALANCING:
+            self._rebalancing_since = None
+        elif self._rebalancing_since is None:
             self._rebalancing_since = now
         elif now - self._rebalancing_since >= self.rejoin_after_s:
+            reason = "lost_rebalance"
             log.warning("rebalancing without partitions for %.0f s; rejoining the group", self.rejoin_after_s)
+        if assigned and idle_s >= self.rejoin_after_s and now - self._backlog_checked >= self.rejoin_after_s:
+            self._backlog_checked = now
+            behind = self._behind(assigned)
+            if behind:
+                reason = "stalled_partition"
+                log.warning(
+                    "no records for %.0f s while behind on %s; rejoining the group",
+                    idle_s,
+                    ", ".join(f"{tp.topic}[{tp.partition}] by {n}" for tp, n in sorted(behind.items())),
+                )
+        if reason is not None:
+            CONSUMER_REJOINS.labels(reason).inc()
             self._consumer.unsubscribe()
             self._consumer.subscribe([self.settings.topic])
             self._rebalancing_since = None
+
+    def _behind(self, assigned: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """{partition: records between the group's committed offset and the end} for each assigned
+        partition with records still to process. The committed offset, not the client's position: the
+        client may have fetched records it never hands out. A partition never committed counts from its
+        log start. Empty when the broker cannot tell now (a broker outage is not a stalled client)."""
+        try:
+            ends = self._consumer.end_offsets(list(assigned))
+            done = {tp: self._consumer.committed(tp) for tp in assigned}
+            never = [tp for tp, offset in done.items() if offset is None]
+            if never:
+                done |= self._consumer.beginning_offsets(never)
+        except KafkaError as exc:
+            log.debug("could not check for stalled partitions (%s)", exc)
+            return {}
+        return {tp: ends[tp] - done[tp] for tp in assigned if ends.get(tp, 0) > done[tp]}
 
     def _rewind(self, records: Sequence[ConsumerRecord]) -> None:
         """Seek back to the batch's first offset per partition, so the next poll redelivers all of it."""

@@ -222,6 +222,9 @@ class ConsumerProcess:
         args += ["--bootstrap-servers", settings.bootstrap_servers]
         args += ["--batch-size", "8", "--compress-batch-size", "4", "--no-create-topics"]
         args += ["--metrics-port", str(metrics_port)]
+        # A client that stopped consuming (kafka-python 3.0.12, see GistConsumer._check_membership)
+        # rejoins well within a test's wait, while a kill's 6 s session timeout still runs its course.
+        args += ["--rejoin-after-s", "10"]
         self.proc = subprocess.Popen(
             args, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )

@@ -5,6 +5,7 @@ model. Each test gets its own topics and consumer group on the module's broker, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -616,6 +617,7 @@ def test_consumer_rejoins_when_kafka_python_loses_a_rebalance(
         unsubscribe()
 
     monkeypatch.setattr(client, "unsubscribe", leave)
+    lost = metric("gistrank_consumer_rejoins_total", reason="lost_rebalance")
     running = Running(consumer)
     try:
         assert rejoined.wait(timeout=30), "the consumer never rejoined"
@@ -623,6 +625,53 @@ def test_consumer_rejoins_when_kafka_python_loses_a_rebalance(
     finally:
         running.stop()
     assert_row_is_direct_compress(store, tiny_model, "s", fields("stuck"), 1)
+    assert metric("gistrank_consumer_rejoins_total", reason="lost_rebalance") == lost + 1
+
+
+def test_consumer_rejoins_when_kafka_python_stops_fetching_an_assigned_partition(
+    settings: KafkaSettings,
+    probe: Probe,
+    store: GistStore,
+    tiny_model: GistReranker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """dpkp/kafka-python#3131: the partitions stay assigned but polls come back empty while records wait.
+    An idle consumer at its partitions' ends never rejoins; one that is behind rejoins and catches up."""
+    stalled = functools.partial(metric, "gistrank_consumer_rejoins_total", reason="stalled_partition")
+    before = stalled()
+    publish_events(settings, [upsert("a", 1, fields("first"))])
+    consumer = GistConsumer(settings, tiny_model, store, poll_timeout_s=0.2, rejoin_after_s=1)
+    client = consumer._consumer
+    running = Running(consumer)
+    try:
+        wait_until(probe.caught_up, 60, "the consumer to process the first event")
+        time.sleep(3)  # idle at the ends for three rejoin periods: nothing to repair
+        assert stalled() == before
+        assert client.assignment()
+        stuck = threading.Event()
+
+        def stuck_poll(**_: Any) -> dict:
+            stuck.set()
+            return {}  # assigned, never fetched again
+
+        monkeypatch.setattr(client, "poll", stuck_poll)
+        assert stuck.wait(timeout=10)  # the real poll that was under way has returned
+        rejoined = threading.Event()
+        unsubscribe = client.unsubscribe
+
+        def leave() -> None:
+            monkeypatch.undo()  # the rejoin repairs the client
+            rejoined.set()
+            unsubscribe()
+
+        monkeypatch.setattr(client, "unsubscribe", leave)
+        publish_events(settings, [upsert("b", 1, fields("second"))])
+        assert rejoined.wait(timeout=30), "the consumer never rejoined"
+        wait_until(probe.caught_up, 60, "the consumer to process the second event after rejoining")
+    finally:
+        running.stop()
+    assert_row_is_direct_compress(store, tiny_model, "b", fields("second"), 1)
+    assert stalled() == before + 1
 
 
 def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
@@ -824,7 +873,11 @@ def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
         assert rc == -signal.SIGKILL
         trickle.join(timeout=WAIT_S)
         assert not trickle.is_alive(), "the producer did not finish"
-        wait_until(probe.caught_up, WAIT_S, "the survivor to drain both partitions")
+        try:
+            wait_until(probe.caught_up, WAIT_S, "the survivor to drain both partitions")
+        except AssertionError as exc:
+            state = f"committed {probe.committed()}, end {probe.end_offsets()}"
+            raise AssertionError(f"{exc}; {state}; the survivor's log:\n" + "".join(survivor.log)) from None
         assert sum(probe.end_offsets().values()) == 400
         rc, _ = survivor.finish(signal.SIGTERM)
         assert rc == 0, "".join(survivor.log)
