@@ -593,6 +593,21 @@ def test_materialize_recompresses_exactly_the_stale_items(
     assert "scanned 15, compressed 0, written 0" in out
 
 
+def repaired_on_rejoin(client: KafkaConsumer, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when the consumer leaves its group to rejoin, which also undoes every patch of the
+    client: the rejoin repairs it."""
+    rejoined = threading.Event()
+    unsubscribe = client.unsubscribe
+
+    def leave() -> None:
+        monkeypatch.undo()
+        rejoined.set()
+        unsubscribe()
+
+    monkeypatch.setattr(client, "unsubscribe", leave)
+    return rejoined
+
+
 def test_consumer_rejoins_when_kafka_python_loses_a_rebalance(
     settings: KafkaSettings,
     probe: Probe,
@@ -608,15 +623,7 @@ def test_consumer_rejoins_when_kafka_python_loses_a_rebalance(
         client, "group_metadata", lambda: ConsumerGroupMetadata(state=MemberState.REBALANCING)
     )
     monkeypatch.setattr(client, "poll", lambda **_: {})
-    rejoined = threading.Event()
-    unsubscribe = client.unsubscribe
-
-    def leave() -> None:
-        monkeypatch.undo()  # the rejoin repairs the client
-        rejoined.set()
-        unsubscribe()
-
-    monkeypatch.setattr(client, "unsubscribe", leave)
+    rejoined = repaired_on_rejoin(client, monkeypatch)
     lost = metric("gistrank_consumer_rejoins_total", reason="lost_rebalance")
     running = Running(consumer)
     try:
@@ -656,15 +663,7 @@ def test_consumer_rejoins_when_kafka_python_stops_fetching_an_assigned_partition
 
         monkeypatch.setattr(client, "poll", stuck_poll)
         assert stuck.wait(timeout=10)  # the real poll that was under way has returned
-        rejoined = threading.Event()
-        unsubscribe = client.unsubscribe
-
-        def leave() -> None:
-            monkeypatch.undo()  # the rejoin repairs the client
-            rejoined.set()
-            unsubscribe()
-
-        monkeypatch.setattr(client, "unsubscribe", leave)
+        rejoined = repaired_on_rejoin(client, monkeypatch)
         publish_events(settings, [upsert("b", 1, fields("second"))])
         assert rejoined.wait(timeout=30), "the consumer never rejoined"
         wait_until(probe.caught_up, 60, "the consumer to process the second event after rejoining")
