@@ -11,8 +11,7 @@
 # the run folder, so a rerun with more topics or another system scores only what is new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
-SRC=data/trec-ap89
+export GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it (scripts/ap89_import.sh uses it too)
 MAX_QUERIES=${MAX_QUERIES:-12}
 OUT=runs/ap89
 # the base LM, no training: score = log p(query | article) under its own head
@@ -26,13 +25,9 @@ FULL=()
 AP89_TEACHER=${AP89_TEACHER-$OUT/teacher-ql-lora/checkpoint}
 [ -n "$AP89_TEACHER" ] && [ -d "$AP89_TEACHER" ] && FULL+=(--shadow-model "$AP89_TEACHER?max_item_tokens=1024")
 
-import() {  # candidate spec, set folder
-  [ -d "$2" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \
-    --qrels "$SRC/qrels.txt" --query-field title --candidates "$1" --out "$2"
-}
-import judged data/ap89-judged  # every judged article: the training topics' text (experiments/ap89.md)
-import bm25:20 data/ap89-bm25
-import judged:20 data/ap89-judged-20
+scripts/ap89_import.sh judged data/ap89-judged  # every judged article: the training topics' text (experiments/ap89.md)
+scripts/ap89_import.sh bm25:20 data/ap89-bm25
+scripts/ap89_import.sh judged:20 data/ap89-judged-20
 
 STUDENTS=(--student "$BASE_QL&compressor=select&keep_item_prefix=32&num_gist=8")
 for k in 8 16 32 64 128; do STUDENTS+=(--student "$BASE_QL&compressor=select&num_gist=$k" --prefix-k "$k"); done

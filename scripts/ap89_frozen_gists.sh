@@ -13,8 +13,7 @@
 # MINUTES=5 CONFIG=configs/frozen_gists/ap89-gpu.json (eval uses CUDA whenever present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it
-SRC=data/trec-ap89
+export GISTRANK=${GISTRANK:-.venv/bin/gistrank}  # make setup builds it (scripts/ap89_import.sh uses it too)
 OUT=${OUT:-runs/ap89}
 K=${K:-64}
 KS=${KS:-16 32 64}  # budgets of the training-free rows
@@ -35,8 +34,7 @@ RUN=$OUT/gists-frozen-k$K${POOL_WINDOWS:+-pool}-q$TRAIN_QUERIES${HOLDOUT_QUERIES
 set_for() { echo "data/ap89-${1/:/-}"; }
 for CANDS in $SETS; do
   SET=$(set_for "$CANDS")
-  [ -d "$SET" ] || "$GISTRANK" data import-trec --docs "$SRC/docs.jsonl" --topics "$SRC/topics.jsonl" \
-    --qrels "$SRC/qrels.txt" --query-field title --candidates "$CANDS" --out "$SET"
+  scripts/ap89_import.sh "$CANDS" "$SET"
 done
 [ -d "$RUN/checkpoint" ] || "$GISTRANK" train-gists --reader "$READER" --data "$(set_for judged:20)" \
   --max-queries "$TRAIN_QUERIES" --num-gist "$K" --max-item-tokens 1024 --steps "$STEPS" \

@@ -8,11 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 G=.venv/bin/gistrank
-SRC=data/trec-ap89
 SET=data/ap89-bm25-20
 R=runs/ap89-hybrid-q45
-[ -d $SET ] || $G data import-trec --docs $SRC/docs.jsonl --topics $SRC/topics.jsonl --qrels $SRC/qrels.txt \
-  --query-field title --candidates bm25:20 --out $SET
+scripts/ap89_import.sh bm25:20 $SET
 C=$R/t48k16/checkpoint
 [ -d $C ] || reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-es/run.sh
 $G eval --data $SET --split dev --max-queries 24 --teacher $C --student $C \

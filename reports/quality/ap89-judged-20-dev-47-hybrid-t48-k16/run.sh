@@ -8,11 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 G=.venv/bin/gistrank
-SRC=data/trec-ap89
 SET=data/ap89-judged-20
 R=runs/ap89-hybrid-m75
-[ -d $SET ] || $G data import-trec --docs $SRC/docs.jsonl --topics $SRC/topics.jsonl --qrels $SRC/qrels.txt \
-  --query-field title --candidates judged:20 --out $SET
+scripts/ap89_import.sh judged:20 $SET
 [ -d $R/t48k16/checkpoint ] || $G train-gists --data $SET --max-queries 24 --num-gist 16 \
   --keep-item-prefix 48 --max-item-tokens 1024 --steps 10000 --minutes 75 \
   --config configs/frozen_gists/ap89-token-kl.json --cache-dir runs/ap89/item-kv --memory-items 96 \
