@@ -299,7 +299,8 @@ def data_import_trec(
         str,
         typer.Option(
             help="judged (the judged docs) | judged:N (N of them per topic, seeded, relevant share kept)"
-            " | bm25:N (top N of BM25 over the collection)"
+            " | bm25:N (top N of BM25 over the collection) | sources joined by + (judged:20+bm25:20:"
+            " their union per topic)"
         ),
     ] = "judged",
     splits: Annotated[
@@ -313,7 +314,8 @@ def data_import_trec(
 
     Candidates are each topic's judged documents (judged:N: N of them drawn per topic, seeded, with
     the pool's share of relevant ones), or with bm25:N its top N of a BM25 ranking of the
-    whole collection (bm25s, k1 0.9, b 0.4, Porter stems; unjudged = 0). Candidates are stored
+    whole collection (bm25s, k1 0.9, b 0.4, Porter stems; unjudged = 0), or with A+B both
+    (judged:20+bm25:20: each topic's union, for training lists). Candidates are stored
     shuffled (seeded), and the collection's term statistics go to collection.json, for the BM25
     baseline's IDF. Default splits: topics 1–50 train, 51–100 dev (AP89's convention). Duplicate
     qrels lines are an error naming file and line unless --dedupe."""

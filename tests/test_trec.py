@@ -266,6 +266,28 @@ def test_bm25_candidates_over_the_whole_collection(tmp_path: Path) -> None:
         import_trec(*files, candidates="bm25:0", progress=False)
 
 
+def test_candidate_sources_joined_by_plus_give_each_topic_their_union(tmp_path: Path) -> None:
+    """judged+bm25:N: every judged document and the first stage's top N, each once, judged labels where
+    judged (topic 2's AP-006 has no query term, so only its judgment brings it in; BM25 brings in
+    unjudged AP-007 and AP-002)."""
+    files = write_collection(tmp_path, qrels="1 0 AP-005 1\n2 0 AP-006 0\n")
+    union = import_trec(*files, candidates="judged+bm25:3", progress=False)
+    judged = import_trec(*files, candidates="judged", progress=False).relevance
+    bm25 = import_trec(*files, candidates="bm25:3", progress=False).relevance
+    for qid in ("1", "2"):
+        assert labels_of(union.relevance, qid) == labels_of(judged, qid) | labels_of(bm25, qid)
+    assert labels_of(union.relevance, "2") == {"AP-006": 0, "AP-007": 0, "AP-002": 0}
+    assert union.candidates_per_topic == [3, 3] and union.judged_candidates == 2
+    assert {d: union.relevance.items[d].text for d in union.relevance.items} == {
+        d: render_item(DOCS[d][0], {}, DOCS[d][1])
+        for d in ("AP-001", "AP-002", "AP-003", "AP-005", "AP-006", "AP-007")
+    }
+    with pytest.raises(ValueError, match="a source twice"):
+        import_trec(*files, candidates="judged+judged:3", progress=False)
+    with pytest.raises(ValueError, match="joined by"):
+        import_trec(*files, candidates="judged:2+", progress=False)
+
+
 def test_import_trec_command(tmp_path: Path) -> None:
     docs, topics, qrels = write_collection(tmp_path)
     runner = CliRunner()

@@ -23,6 +23,9 @@ here). Each judged topic becomes a query whose candidates are either
              defaults for TREC newswire — over `bm25_terms`; documents without any query term are never
              candidates), judged label where judged, unjudged = 0, as a deployed first stage would
              give them to a reranker.
+Sources join with `+` (`judged:20+bm25:20`): each topic's candidates are their union, the first
+source's first, a document in both once — lists that hold both the pool's judged documents and the
+first stage's hard negatives (training lists; an evaluation reads one source at a time).
 Candidates are stored in a seeded shuffled order per topic: the metrics break score ties by candidate
 index, so the stored order must carry no label or first-stage information (a constant scorer would
 otherwise inherit BM25's ranking).
@@ -241,14 +244,25 @@ class TrecImport:
         return "\n".join(lines)
 
 
-def parse_candidates(spec: str) -> tuple[str, int | None]:
-    """`judged` → ("judged", None); `judged:N` → ("judged", N); `bm25:N` → ("bm25", N)."""
-    if spec == "judged":
-        return "judged", None
-    name, _, depth = spec.partition(":")
-    if name in ("judged", "bm25") and depth.isdigit() and int(depth) > 0:
-        return name, int(depth)
-    raise ValueError(f"candidates must be 'judged', 'judged:N' or 'bm25:N' (N > 0), got {spec!r}")
+def parse_candidates(spec: str) -> list[tuple[str, int | None]]:
+    """The candidate sources of `spec`, in order: `judged` → [("judged", None)]; `judged:N` →
+    [("judged", N)]; `bm25:N` → [("bm25", N)]; `judged:20+bm25:20` → both (each kind once)."""
+    sources: list[tuple[str, int | None]] = []
+    for part in spec.split("+"):
+        name, _, depth = part.strip().partition(":")
+        if part.strip() == "judged":
+            sources.append(("judged", None))
+        elif name in ("judged", "bm25") and depth.isdigit() and int(depth) > 0:
+            sources.append((name, int(depth)))
+        else:
+            raise ValueError(
+                "candidates must be 'judged', 'judged:N' or 'bm25:N' (N > 0), or sources joined by '+' "
+                f"(judged:20+bm25:20), got {spec!r}"
+            )
+    kinds = [name for name, _ in sources]
+    if len(set(kinds)) < len(kinds):
+        raise ValueError(f"candidates name a source twice: {spec!r}")
+    return sources
 
 
 def sample_judged(qid: str, labels: dict[str, int], n: int) -> list[str]:
@@ -277,7 +291,7 @@ def import_trec(
 ) -> TrecImport:
     """Build a relevance set from a TREC collection (module docstring). Bad input raises
     `RelevanceDataError` (naming file and line) or ValueError (options, split ranges)."""
-    kind, depth = parse_candidates(candidates)
+    sources = parse_candidates(candidates)
     ranges = parse_splits(splits)
     judged = read_qrels(qrels, dedupe)
     texts = read_topics(topics, query_field)
@@ -295,27 +309,29 @@ def import_trec(
         except ValueError as error:
             raise RelevanceDataError(str(error), path=topics) from error
 
-    if kind == "judged":
-        wanted = {docno for qid in topic_ids for docno in judged[qid]}
-        items, stats = _read_collection(docs, wanted, progress)
-        ranked = {qid: [d for d in judged[qid] if d in items] for qid in topic_ids}
-        skipped["qrels lines naming a document not in the collection (or empty)"] = sum(
-            len(judged[qid]) - len(ranked[qid]) for qid in topic_ids
-        )
-        if depth is not None:
-            ranked = {
-                qid: sample_judged(qid, {d: judged[qid][d] for d in ranked[qid]}, depth) for qid in topic_ids
-            }
-    else:
-        index = _Bm25Index()
-        _, stats = _read_collection(docs, set(), progress, index)
-        assert depth is not None
-        ranked = index.top({qid: texts[qid] for qid in topic_ids}, depth, progress)  # best first
-        wanted = {docno for docnos in ranked.values() for docno in docnos}
-        items = {}
-        for _, item in iter_docs(docs, progress, "candidates"):  # a second pass: the candidates' text
-            if item.item_id in wanted:
-                items[item.item_id] = item
+    kinds = {kind for kind, _ in sources}
+    index = _Bm25Index() if "bm25" in kinds else None
+    wanted = {docno for qid in topic_ids for docno in judged[qid]} if "judged" in kinds else set()
+    items, stats = _read_collection(docs, wanted, progress, index)
+    ranked: dict[str, list[str]] = {qid: [] for qid in topic_ids}
+    for kind, depth in sources:
+        if kind == "judged":
+            found = {qid: [d for d in judged[qid] if d in items] for qid in topic_ids}
+            skipped["qrels lines naming a document not in the collection (or empty)"] = sum(
+                len(judged[qid]) - len(found[qid]) for qid in topic_ids
+            )
+            if depth is not None:
+                found = {q: sample_judged(q, {d: judged[q][d] for d in found[q]}, depth) for q in found}
+        else:
+            assert index is not None and depth is not None
+            found = index.top({qid: texts[qid] for qid in topic_ids}, depth, progress)  # best first
+            unread = {docno for docnos in found.values() for docno in docnos} - items.keys()
+            if unread:
+                for _, item in iter_docs(docs, progress, "candidates"):  # a second pass: their text
+                    if item.item_id in unread:
+                        items[item.item_id] = item
+        for qid in topic_ids:
+            ranked[qid] += [d for d in found[qid] if d not in ranked[qid]]
 
     queries, judgments, per_topic = [], [], []
     judged_n = relevant_n = without = 0
