@@ -215,6 +215,8 @@ def test_dashboard_shows_the_signals_the_alerts_are_about() -> None:
         "job_k:gistrank_shadow_recall:ratio_rate1h",
         "gistrank_consumer_lag_records",
         "gistrank_consumer_events_total",
+        "gistrank_consumer_batch_retries_total",
+        "gistrank_consumer_rejoins_total",
     ):
         assert needed in exprs, needed
 
