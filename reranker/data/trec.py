@@ -330,8 +330,7 @@ def import_trec(
                 for _, item in iter_docs(docs, progress, "candidates"):  # a second pass: their text
                     if item.item_id in unread:
                         items[item.item_id] = item
-        for qid in topic_ids:
-            ranked[qid] += [d for d in found[qid] if d not in ranked[qid]]
+        ranked = {qid: list(dict.fromkeys([*ranked[qid], *found[qid]])) for qid in topic_ids}
 
     queries, judgments, per_topic = [], [], []
     judged_n = relevant_n = without = 0
