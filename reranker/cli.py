@@ -489,6 +489,14 @@ def train_gists(
             "list-wise KL to the reader; early stopping within the train split)",
         ),
     ] = 0,
+    holdout_pseudo_queries: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="pseudo-queries each held-out list is also asked (fixed sentences of its articles): "
+            "a less noisy held-out KL, one more read per list and check each",
+        ),
+    ] = 0,
     holdout_every: Annotated[int, typer.Option(min=1, help="steps between two held-out checks")] = 20,
     holdout_patience: Annotated[
         int | None, typer.Option(min=1, help="stop after this many held-out checks without a new best")
@@ -517,6 +525,7 @@ def train_gists(
                 "seed": seed,
                 "init_from": init_from,
                 "holdout_queries": holdout_queries,
+                "holdout_pseudo_queries": holdout_pseudo_queries,
                 "holdout_every": holdout_every,
                 "holdout_patience": holdout_patience,
             }

@@ -353,6 +353,38 @@ def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(reader_path: P
         FrozenGistConfig(reader=str(reader_path), holdout_patience=2)
 
 
+def test_held_out_pseudo_queries_are_fixed_and_average_into_the_held_out_kl(
+    reader_path: Path, tmp_path: Path
+) -> None:
+    """Each held-out list is also asked fixed pseudo-queries (sentences of its own articles, the same in
+    every run of a seed) without changing what the steps draw; the held-out KL is the mean over every
+    (list, query) pair, nDCG is read on the lists' own queries."""
+    data = _toy_set()
+    cfg = FrozenGistConfig(
+        reader=str(reader_path), num_gist=4, adapter_rank=4, candidates_per_list=6, holdout_queries=2
+    )
+    asked_cfg = cfg.model_copy(update={"holdout_pseudo_queries": 2})
+    trainer = FrozenGistTrainer(asked_cfg, data, tmp_path / "a", device="cpu")
+    again = FrozenGistTrainer(asked_cfg, data, tmp_path / "b", device="cpu")
+    plain = FrozenGistTrainer(cfg, data, tmp_path / "c", device="cpu")
+    assert trainer.holdout_asked == again.holdout_asked
+    assert plain.holdout_asked == [[query] for query, _ in plain.holdout]
+    for asked, (query, cands) in zip(trainer.holdout_asked, trainer.holdout, strict=True):
+        words = {w for text, _ in cands for w in text.split()}
+        assert asked[0] == query and len(asked) == 3 and all(set(q.split()) <= words for q in asked[1:])
+    assert [trainer._draw() for _ in range(3)] == [plain._draw() for _ in range(3)]
+    both = trainer.check_holdout()
+    full = trainer.holdout_asked
+    alone = []
+    for j in range(3):
+        trainer.holdout_asked = [[asked[j]] for asked in full]
+        alone.append(trainer.check_holdout())
+    assert both["holdout_kl"] == pytest.approx(sum(r["holdout_kl"] for r in alone) / 3, rel=1e-5)
+    assert both["holdout_overlap@10"] == pytest.approx(sum(r["holdout_overlap@10"] for r in alone) / 3)
+    assert both["holdout_ndcg@10"] == pytest.approx(alone[0]["holdout_ndcg@10"])
+    assert len({round(r["holdout_kl"], 6) for r in alone}) == 3  # three different readings averaged
+
+
 def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(reader_path: Path, tmp_path: Path) -> None:
     """Where the step computes in bf16, an Adam step smaller than half a bf16 ulp would leave a bf16
     weight unchanged forever; the fp32 master keeps it, and the weight moves once the sum is large."""
@@ -415,9 +447,11 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     assert rerun.exit_code == 0, rerun.output
     assert "item K/V: 0 items computed" in rerun.output  # read back from --cache-dir
     assert len((out / "curve.jsonl").read_text().splitlines()) == 2  # a fresh run's curve, not appended
-    held = runner.invoke(app, [*args, "--steps", "2", "--holdout-queries", "1", "--holdout-every", "1"])
+    held_out = ["--holdout-queries", "1", "--holdout-pseudo-queries", "2", "--holdout-every", "1"]
+    held = runner.invoke(app, [*args, "--steps", "2", *held_out])
     assert held.exit_code == 0, held.output
     assert "checkpoint (the gists of step " in held.output  # the held-out check's pick, said
+    assert json.loads((out / "config.json").read_text())["holdout_pseudo_queries"] == 2
     everything = runner.invoke(app, [*args, "--holdout-queries", "10000"])
     assert everything.exit_code != 0 and "leavesnoneofthe" in unboxed(everything.output)
 
