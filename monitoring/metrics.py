@@ -11,7 +11,8 @@ ITEMS_TRUNCATED = Counter(
 
 # ------------------------------------------------------------------------- Kafka consumer / publisher
 # Bounded label values only. `reason` of a dead-lettered event is one of DEAD_LETTER_REASONS, `reason` of a
-# skipped event one of SKIP_REASONS; items/s is rate(gistrank_consumer_items_compressed_total[1m]).
+# skipped event one of SKIP_REASONS, `reason` of a group rejoin one of REJOIN_REASONS; items/s is
+# rate(gistrank_consumer_items_compressed_total[1m]).
 DEAD_LETTER_REASONS = (
     "tombstone",  # record without a value
     "oversized",  # value over events.MAX_EVENT_BYTES
@@ -28,6 +29,10 @@ SKIP_REASONS = (
     "superseded",  # a newer version of the same item came in the same batch
     "stale",  # the store already holds this version or a newer one
     "unchanged",  # same content hash and fingerprint as stored: version bumped, no recompression
+)
+REJOIN_REASONS = (
+    "lost_rebalance",  # the client stayed "rebalancing" without partitions (streaming/consumer.py)
+    "stalled_partition",  # polls came back empty while an assigned partition was behind its end
 )
 
 CONSUMER_EVENTS = Counter(
@@ -64,9 +69,8 @@ CONSUMER_BATCH_RETRIES = Counter(
 )
 CONSUMER_REJOINS = Counter(
     "gistrank_consumer_rejoins_total",
-    "Times the consumer left and rejoined its group because the Kafka client stopped consuming: "
-    "`lost_rebalance` (rebalancing without partitions), `stalled_partition` (an assigned partition "
-    "behind its end offset while polls come back empty).",
+    "Times the consumer left and rejoined its group because the Kafka client stopped consuming, by "
+    "reason: lost_rebalance, stalled_partition.",
     ["reason"],
 )
 CONSUMER_LAG = Gauge(
@@ -84,7 +88,7 @@ for _reason in DEAD_LETTER_REASONS:
     CONSUMER_DEAD_LETTERED.labels(reason=_reason)
 for _reason in SKIP_REASONS:
     CONSUMER_SKIPPED.labels(reason=_reason)
-for _reason in ("lost_rebalance", "stalled_partition"):
+for _reason in REJOIN_REASONS:
     CONSUMER_REJOINS.labels(reason=_reason)
 for _op in ("upsert", "delete"):
     EVENTS_PUBLISHED.labels(op=_op)
