@@ -382,6 +382,8 @@ def test_held_out_pseudo_queries_are_fixed_and_average_into_the_held_out_kl(
     assert both["holdout_kl"] == pytest.approx(sum(r["holdout_kl"] for r in alone) / 3, rel=1e-5)
     assert both["holdout_overlap@10"] == pytest.approx(sum(r["holdout_overlap@10"] for r in alone) / 3)
     assert both["holdout_ndcg@10"] == pytest.approx(alone[0]["holdout_ndcg@10"])
+    assert both["holdout_kl_own_query"] == pytest.approx(alone[0]["holdout_kl"], rel=1e-5)
+    assert all(r["holdout_kl_own_query"] == r["holdout_kl"] for r in alone)
     assert len({round(r["holdout_kl"], 6) for r in alone}) == 3  # three different readings averaged
 
 

@@ -514,10 +514,11 @@ class FrozenGistTrainer:
     def check_holdout(self) -> dict[str, float]:
         """The gists as they are now on the held-out train queries' whole lists, each asked its own
         query and its fixed pseudo-queries: mean list-wise KL to the reader over those (list, query)
-        pairs (what early stopping minimises), overlap@10 with the reader's ranking, and nDCG@10 by the
-        judgments of each list's own query; the lowest KL's gists are kept for the checkpoint."""
+        pairs (what early stopping minimises) and over the own queries alone, overlap@10 with the
+        reader's ranking, and nDCG@10 by the judgments of each list's own query; the lowest KL's gists
+        are kept for the checkpoint."""
         start = time.perf_counter()
-        kls, overlaps, ndcgs = [], [], []
+        kls, own_kls, overlaps, ndcgs = [], [], [], []
         with torch.inference_mode():
             for asked, (_, cands) in zip(self.holdout_asked, self.holdout, strict=True):
                 texts, labels = [t for t, _ in cands], [label for _, label in cands]
@@ -527,6 +528,7 @@ class FrozenGistTrainer:
                 for student, target in zip(students.float(), targets.float(), strict=True):
                     kls.append(float(distill_loss(student, target, self.cfg.temperature)))
                     overlaps.append(recall_at_k_vs_reference(student.tolist(), target.tolist(), 10))
+                own_kls.append(kls[-len(asked)])
                 ndcgs.append(ndcg_at_k(students[0].tolist(), labels, 10))
         kl = sum(kls) / len(kls)
         if self.best is None or kl < self.best.kl:
@@ -534,6 +536,7 @@ class FrozenGistTrainer:
         return {
             "step": self.step,
             "holdout_kl": kl,
+            "holdout_kl_own_query": sum(own_kls) / len(own_kls),  # what the check read before pseudo-queries
             "holdout_overlap@10": sum(overlaps) / len(overlaps),
             "holdout_ndcg@10": sum(ndcgs) / len(ndcgs),
             "best_step": self.best.step,
