@@ -7,8 +7,8 @@
 # of 5); the curve logs the own-query KL beside it, so the step the 5-pair rule would have kept is read
 # from the same run. Read on all 47 AP89 dev topics' judged lists beside prefix caching at 64 positions
 # (the default) and the reader; then the step the 5-pair rule would have kept, rebuilt and read the same
-# way. Needs the AP89 build (../shared/data/trec-ap89/README.md) in data/trec-ap89; ~1 h 55 min on 2
-# cores (training 55 min, evaluation 28 min, the rebuilt step 6 + 20 min).
+# way. Needs the AP89 build (../shared/data/trec-ap89/README.md) in data/trec-ap89; ~1 h 50 min on 2
+# cores, as measured (training 55 min, evaluation 28 min, the rebuilt step 7 + 18 min).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 G=.venv/bin/gistrank
