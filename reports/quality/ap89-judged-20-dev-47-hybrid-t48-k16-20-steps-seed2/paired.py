@@ -1,0 +1,33 @@
+"""Paired differences (95% bootstrap interval; topics better / worse) of the 20-step hybrid of seed 2 on the
+47 dev topics' judged lists: against prefix 64 and its untrained start in this evaluation, against seed 1's
+step 20 and step 140 (../ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1/) and against seed 0's early-stopped
+run (../ap89-judged-20-dev-47-hybrid-t48-k16-es/). Run from the repository root:
+`.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-20-steps-seed2/paired.py`."""
+
+import json
+from pathlib import Path
+
+from reranker.evaluation.results import EvalResult, paired_across
+
+
+def read(folder: Path) -> EvalResult:
+    return EvalResult.from_json(json.loads((folder / "results.json").read_text()))
+
+
+HERE = Path(__file__).parent
+SEED2 = read(HERE)
+SEED1 = HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1"
+SEED1_STEP20, SEED1_STEP140 = read(SEED1 / "step20"), read(SEED1)
+SEED0 = read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es")
+HYBRID = "gist t=48 k=16"
+PAIRS = [
+    ("seed 2, 20 steps − prefix 64", SEED2, "prefix k=64"),
+    ("seed 2, 20 steps − its untrained start", SEED2, f"untrained gists {HYBRID[5:]}"),
+    ("seed 2, 20 steps − seed 1, 20 steps", SEED1_STEP20, HYBRID),
+    ("seed 2, 20 steps − seed 1, step 140", SEED1_STEP140, HYBRID),
+    ("seed 2, 20 steps − seed 0, step 120", SEED0, HYBRID),
+]
+
+for label, b, sb in PAIRS:
+    cells = [str(paired_across(SEED2, HYBRID, b, sb, m)) for m in ("ndcg@10", "recall@5", "recall@10")]
+    print(f"| {label} | " + " | ".join(cells) + " |")
