@@ -213,6 +213,7 @@ def test_dashboard_shows_the_signals_the_alerts_are_about() -> None:
         "job_stage:gistrank_rerank_request_duration_seconds:p50_rate5m",
         "job_stage:gistrank_rerank_request_duration_seconds:p99_rate5m",
         "job_k:gistrank_shadow_recall:ratio_rate1h",
+        "job_k:gistrank_shadow_recall:ratio_rate7d",
         "gistrank_consumer_lag_records",
         "gistrank_consumer_events_total",
         "gistrank_consumer_batch_retries_total",
