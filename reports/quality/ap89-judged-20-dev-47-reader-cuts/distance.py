@@ -12,6 +12,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from reranker.data.trec import read_qrels
 from reranker.evaluation.results import EvalResult, paired_across
 from reranker.evaluation.run_files import read_run
 from reranker.ranking_metrics import bootstrap_ci, ndcg_at_k, ranking, recall_at_k_vs_reference
@@ -27,14 +28,6 @@ def read(folder: Path) -> EvalResult:
     return EvalResult.from_json(json.loads((folder / "results.json").read_text()))
 
 
-def qrels(path: Path) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for line in path.read_text().splitlines():
-        qid, _, docno, label = line.split()
-        out.setdefault(qid, {})[docno] = int(label)
-    return out
-
-
 def cell(values: list[float]) -> str:
     low, high = bootstrap_ci(values)
     return f"{statistics.fmean(values):.3f} [{low:.3f}, {high:.3f}]"
@@ -42,7 +35,11 @@ def cell(values: list[float]) -> str:
 
 # ------------------------------------------------------------------ float32 against bfloat16, per topic
 GAP = "score gap, 10th − 11th candidate (bfloat16, nats)"
-bf16, fp32, labels = read_run(BF16 / "teacher.run"), read_run(FP32 / "teacher.run"), qrels(BF16 / "qrels.txt")
+bf16, fp32, labels = (
+    read_run(BF16 / "teacher.run"),
+    read_run(FP32 / "teacher.run"),
+    read_qrels(BF16 / "qrels.txt"),
+)
 rows: dict[str, list[float]] = {}
 for qid, scores in bf16.items():
     docs = sorted(scores)
