@@ -36,7 +36,7 @@ from reranker.evaluation.results import (
     paired_differences,
 )
 from reranker.evaluation.runner import evaluate, score_queries
-from reranker.evaluation.sweep import BudgetSweep, budget_reader
+from reranker.evaluation.sweep import BudgetSweep, layout_reader
 from reranker.evaluation.systems import System, baseline_systems, student_systems
 from reranker.ranking_metrics import ndcg_at_k, ranking
 from reranker.training.trainer import TrainConfig, Trainer
@@ -321,12 +321,12 @@ def test_a_budget_sweep_gives_each_budget_what_its_own_reader_compresses(
     """One pass, every budget: each budget's units are what the body set up for that k compresses alone
     (its fingerprint, layout and tensors) — short items stored whole, as serving stores them."""
     body = tiny_model.with_gist_config(tiny_model.gist.model_copy(update={"compressor": compressor}))
-    budgets = [2, 6, 9]
+    budgets = [body.gist.model_copy(update={"num_gist": k}) for k in (2, 6, 9)]
     sweep = BudgetSweep(body, budgets, batch_size=2)
     item_ids, _ = body.item_ids(ITEMS)
     assert any(len(ids) < 6 for ids in item_ids)  # "kettle" is stored whole at k = 6 and 9
     for k in budgets:
-        alone = budget_reader(body, k).compress(ITEMS)
+        alone = layout_reader(body, k).compress(ITEMS)
         swept = sweep.compress(k, ITEMS)
         for a, b in zip(alone, swept, strict=True):
             assert (a.fingerprint, a.compressor, a.budget, a.query_start) == (
@@ -338,14 +338,14 @@ def test_a_budget_sweep_gives_each_budget_what_its_own_reader_compresses(
             torch.testing.assert_close(a.kv, b.kv, rtol=1e-4, atol=1e-5)
         assert sweep.reader(k).fingerprint == alone[0].fingerprint
         online = sweep.reader(k).score(QUERY, swept)
-        torch.testing.assert_close(online, budget_reader(body, k).score(QUERY, alone))
+        torch.testing.assert_close(online, layout_reader(body, k).score(QUERY, alone))
     sweep.forget(ITEMS)
     assert not any(sweep.done.values())
 
 
 def test_a_budget_sweep_refuses_trained_gists(tiny_model: GistReranker) -> None:
-    with pytest.raises(ValueError, match="one trained budget"):
-        BudgetSweep(tiny_model, [1, 2])
+    with pytest.raises(ValueError, match="one trained layout"):
+        BudgetSweep(tiny_model, [tiny_model.gist])
 
 
 def test_a_failing_system_keeps_the_others_results() -> None:
@@ -563,6 +563,52 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
         assert mine and mine == [r for r in alone.records if r.system == f"select k={k}"]
         alone_prefix = [r.metrics for r in alone.records if r.system == f"prefix 3 · select k={k}"]
         assert alone_prefix == [r.metrics for r in both.records if r.system == "prefix 3 · select k=3"]
+
+
+def test_hybrid_and_per_head_selection_students_share_one_selection_pass(
+    tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KVzip students of one body that differ in k, the hybrid prefix t and the per-head rule: one KVzip
+    forward per item for all of them, each scoring what it scores evaluated alone; each stored budget
+    t + k has its prefix control, one system per budget for the students that store it."""
+    data = tiny_relevance_set()
+    base = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    )
+    path = base.save_pretrained(tmp_path / "base")
+    kvzip = f"{path}?compressor=select&select_scorer=kvzip"
+    specs = [
+        f"{kvzip}&num_gist=4",
+        f"{kvzip}&keep_item_prefix=2&num_gist=2",
+        f"{kvzip}&keep_item_prefix=2&num_gist=2&select_head_budget=adaptive",
+    ]
+    names = ["select kvzip k=4", "select kvzip t=2 k=2", "select kvzip per-head t=2 k=2"]
+    passes: list[int] = []
+    original = SelectCompressor.compress
+
+    def counted(self: Compressor, model: GistReranker, item_ids: list, layouts: list) -> list:
+        passes.append(len(item_ids))
+        return original(self, model, item_ids, layouts)
+
+    monkeypatch.setattr(SelectCompressor, "compress", counted)
+    together = evaluate(data, path, specs, tmp_path / "together", device="cpu", prefix_ks=(2,))
+    test_items = {i for q in data.split("test").queries for i, _ in data.candidates(q.query_id)}
+    assert sum(passes) == len(test_items)  # one KVzip forward per item, not one per student
+    controls = {name: f.control_of for name, f in together.systems.items() if name.startswith("prefix")}
+    assert controls == {
+        "prefix 2 · select kvzip k=4": "select kvzip k=4",
+        "prefix 4 · select kvzip k=4": "select kvzip k=4",
+        "prefix 4 · select kvzip t=2 k=2": "select kvzip t=2 k=2",
+        "prefix 4 · select kvzip per-head t=2 k=2": "select kvzip per-head t=2 k=2",
+    }
+    monkeypatch.undo()
+    systems = student_systems(specs, {i: data.items[i].text for i in data.items}, prefix_ks=(2,))
+    fours = {systems[n].key for n in controls if n.startswith("prefix 4")}
+    assert len(fours) == 1  # one body reads prefix 4 for all three: one system, scored once
+    for spec, name in zip(specs, names, strict=True):
+        alone = evaluate(data, path, [spec], tmp_path / name.replace(" ", "-"), device="cpu", prefix_ks=())
+        mine = [r for r in together.records if r.system == name]
+        assert mine and mine == [r for r in alone.records if r.system == name]
 
 
 def test_students_that_differ_only_in_selection_settings_share_their_prefix_controls(

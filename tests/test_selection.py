@@ -243,36 +243,56 @@ def test_a_reference_can_read_a_base_zero_shot_by_likelihood(tiny_base: Path) ->
 
 @pytest.mark.parametrize("compressor", ["select", "prefix"])
 @pytest.mark.parametrize("t", [0, 5])
-def test_one_pass_serves_every_budget(tiny_base: Path, compressor: str, t: int) -> None:
-    """A training-free compressor gives, for each k, exactly what the reader set up at that k compresses
-    (same tensors up to fp32 rounding — a prefix forward over more tokens sums in another order —,
-    short items kept whole), from one forward over the items."""
+def test_one_pass_serves_every_layout(tiny_base: Path, compressor: str, t: int) -> None:
+    """A training-free compressor gives, for each layout it sweeps (budget k, hybrid prefix t, and for
+    selection the per-head rule), exactly what the reader set up that way compresses (same tensors up
+    to fp32 rounding — a prefix forward over more tokens sums in another order —, short items kept
+    whole), from one forward over the items."""
     model = GistReranker.from_pretrained(
         tiny_base,
         GistConfig(num_gist=4, keep_item_prefix=t, compressor=compressor, dtype="float32"),
         device="cpu",
     )
-    budgets = [2, 4, 9]
+    layouts = [model.gist.model_copy(update={"num_gist": k}) for k in (2, 4, 9)]
+    layouts.append(model.gist.model_copy(update={"num_gist": 3, "keep_item_prefix": 7 - t}))
+    if compressor == "select":
+        layouts.append(model.gist.model_copy(update={"num_gist": 6, "select_head_budget": "adaptive"}))
     item_ids = model.item_ids(ITEMS)[0]
-    many = model.compressor.compress(model, item_ids, budgets)
-    for k in budgets:
-        at_k = model.with_gist_config(model.gist.model_copy(update={"num_gist": k}))
-        alone = at_k.compress(ITEMS, batch_size=3)
-        units = [at_k.stored_unit(per_k[k], len(ids)) for per_k, ids in zip(many, item_ids, strict=True)]
+    many = model.compressor.compress(model, item_ids, layouts)
+    assert all(list(per) == layouts for per in many)
+    for layout in layouts:
+        at = model.with_gist_config(layout)
+        alone = at.compress(ITEMS, batch_size=3)
+        units = [at.stored_unit(per[layout], len(ids)) for per, ids in zip(many, item_ids, strict=True)]
         for got, want in zip(units, alone, strict=True):
-            assert (got.fingerprint, got.query_start, got.prefix_tokens) == (
+            assert (got.fingerprint, got.query_start, got.prefix_tokens, got.head_tails) == (
                 want.fingerprint,
                 want.query_start,
                 want.prefix_tokens,
+                want.head_tails,
             )
             torch.testing.assert_close(got.kv, want.kv, rtol=1e-5, atol=1e-5)
             # stored K/V carries no autograd graph (one would hold the whole forward's activations)
             assert got.kv.grad_fn is None and not got.kv.requires_grad
-        at_k.check_kv(units)
+        at.check_kv(units)
+    if compressor == "select":  # the per-head layout really shares columns unevenly on some item
+        assert any(per[layouts[-1]].head_tails is not None for per in many)
+
+
+def test_one_pass_refuses_a_layout_it_cannot_serve(tiny_base: Path) -> None:
+    """A selection pass observes with one scorer and window: a layout asking for another is refused by
+    name, not silently compressed with the model's."""
+    model = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=4, compressor="select", dtype="float32"), device="cpu"
+    )
+    other = model.gist.model_copy(update={"select_scorer": "kvzip"})
+    with pytest.raises(ValueError, match="asked select_scorer='kvzip', the model has 'snapkv'"):
+        model.compressor.compress(model, model.item_ids(ITEMS[:1])[0], [model.gist, other])
 
 
 def test_trained_gists_have_one_budget(tiny_model: GistReranker) -> None:
     ids = tiny_model.item_ids(ITEMS[:1])[0]
-    assert tiny_model.compressor.compress(tiny_model, ids, [4])[0][4].kv.shape[3] == 4
-    with pytest.raises(ValueError, match="trained gists have k=4"):
-        tiny_model.compressor.compress(tiny_model, ids, [2, 4])
+    own = tiny_model.gist
+    assert tiny_model.compressor.compress(tiny_model, ids, [own])[0][own].kv.shape[3] == 4
+    with pytest.raises(ValueError, match="trained gists have one layout: asked num_gist=2, the model has 4"):
+        tiny_model.compressor.compress(tiny_model, ids, [own.model_copy(update={"num_gist": 2}), own])

@@ -414,14 +414,13 @@ class GistReranker(GistWeights):
         flagged on their GistKV; the caller counts them."""
         item_ids, truncated = self.item_ids(items)
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
-        k = self.gist.num_gist
         out: list[GistKV | None] = [None] * len(item_ids)
         batches = range(0, len(order), batch_size)
         for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
             idx = order[start : start + batch_size]
-            per_item = self.compressor.compress(self, [item_ids[i] for i in idx], [k])
+            per_item = self.compressor.compress(self, [item_ids[i] for i in idx], [self.gist])
             for i, kvs in zip(idx, per_item, strict=True):
-                out[i] = self.stored_unit(kvs[k], len(item_ids[i]), truncated[i])
+                out[i] = self.stored_unit(kvs[self.gist], len(item_ids[i]), truncated[i])
         return out  # type: ignore[return-value]
 
     def stored_unit(self, kept: Kept, item_tokens: int, truncated: bool = False) -> GistKV:

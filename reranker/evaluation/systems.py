@@ -40,7 +40,7 @@ from reranker.evaluation.baselines import (
     untrained_gists,
 )
 from reranker.evaluation.results import SystemFacts
-from reranker.evaluation.sweep import BudgetSweep, budget_reader
+from reranker.evaluation.sweep import BudgetSweep, sweep_body
 from reranker.training.trainer import training_seconds
 
 Scorer = Callable[[str, list[str]], list[float]]  # (query, candidate ids) → one score per candidate
@@ -238,7 +238,7 @@ def _gist_systems(
         own = StoredKV(
             texts_by_id,
             lambda: student,
-            lambda _m, texts: shared.compress(k, texts),
+            lambda _m, texts: shared.compress(student.gist, texts),
             shared.forget,
             shared.cost,
         )
@@ -262,20 +262,22 @@ def _gist_systems(
         # one line in the plots per body: a gist student's own, a select or prefix group's shared one
         family = f"prefix · {name(with_k=student.compressor.learned)}{tag}"
         if prefixes is None or tag:
-            prefixes = BudgetSweep(prefix_reader(reader, budgets[-1]), budgets)
+            body = prefix_reader(reader, budgets[-1])
+            prefixes = BudgetSweep(body, [prefix_config(body.gist, b) for b in budgets])
         for budget in budgets:
             # scored by this reader's body and head: two students' prefix controls of one budget differ,
             # unless they read through one body and head — a select group gets one control per budget
             # (`student_systems`); any others with one key are scored once (`score_queries`)
+            at = prefix_config(prefixes.body.gist, budget)
             control = StoredKV(
                 texts_by_id,
-                lambda b=budget, pp=prefixes: pp.reader(b),
-                lambda _m, texts, b=budget, pp=prefixes: pp.compress(b, texts),
+                lambda at=at, pp=prefixes: pp.reader(at),
+                lambda _m, texts, at=at, pp=prefixes: pp.compress(at, texts),
                 prefixes.forget,
                 prefixes.cost,
             )
             systems[f"prefix {budget} · {main}{tag}"] = control.system(
-                SystemFacts(family, budget, main), _key(prefixes.reader(budget), "prefix "), dims
+                SystemFacts(family, budget, main), _key(prefixes.reader(at), "prefix "), dims
             )
     return systems
 
@@ -290,7 +292,8 @@ def student_systems(
     """Every student's systems (`_gist_systems`). Students of one gist layout are told apart by their
     run folder; with `control_base` each base LM is loaded once (per dtype), however many students.
     Select or prefix students that differ only in k (same body and settings) share one body and one
-    compression pass (`BudgetSweep`)."""
+    compression pass (`BudgetSweep`), and so do those that differ in anything else one pass serves (a
+    selection student's hybrid prefix t and per-head rule)."""
     students = [GistReranker.from_pretrained(path, device=device) for path in paths]
     # the name `_gist_systems` gives each (its compressor, t, k): only students that would share one need
     # their run folder in it, so a cached system keeps its name when another compressor's student joins
@@ -302,33 +305,34 @@ def student_systems(
     group_of: list[str | None] = []
     for student in students:
         group = None
-        if not student.compressor.learned:  # one body and settings, any k: one sweep
-            group = _key(budget_reader(student, 1))
+        if not student.compressor.learned:  # one body and settings, any layout its pass serves: one sweep
+            group = _key(sweep_body(student))
             groups.setdefault(group, []).append(student)
         group_of.append(group)
-    passes = {g: BudgetSweep(members[0], [m.gist.num_gist for m in members]) for g, members in groups.items()}
+    passes = {g: BudgetSweep(members[0], [m.gist for m in members]) for g, members in groups.items()}
     shared_of = [passes[g] if g else None for g in group_of]
     # a grouped student is read through its pass's body: the other copies of that body can go
-    students = [
-        s if p is None else p.reader(s.gist.num_gist) for s, p in zip(students, shared_of, strict=True)
-    ]
-    # one prefix pass and one prefix control per budget for a group (its reader is the group's body, so
-    # a second student's control would score exactly what the first's does): each member controls its
-    # own budget; the first member also the budgets of `prefix_ks` that no member has
+    students = [s if p is None else p.reader(s.gist) for s, p in zip(students, shared_of, strict=True)]
+    # one prefix pass for a group, one prefix control per stored budget t + k (its reader is the group's
+    # body, so a second student's control of one budget has the first's key and is scored once): each
+    # member controls its own budget; the first member also the budgets t + k' of `prefix_ks` that no
+    # member stores
     prefix_passes = {}
     for g, members in groups.items():
-        t, ks = members[0].gist.keep_item_prefix, [m.gist.num_gist for m in members]
-        budgets = sorted({t + k for k in (*prefix_ks, *ks)})
-        prefix_passes[g] = (BudgetSweep(prefix_reader(passes[g].body, budgets[-1]), budgets), ks)
+        first = members[0].gist
+        totals = {m.gist.keep_item_prefix + m.gist.num_gist for m in members}
+        budgets = sorted(totals | {first.keep_item_prefix + k for k in prefix_ks})
+        body = prefix_reader(passes[g].body, budgets[-1])
+        prefix_passes[g] = (BudgetSweep(body, [prefix_config(body.gist, b) for b in budgets]), totals, first)
     del groups
     bases: dict[tuple[str, str], GistReranker] = {}
     systems: dict[str, System] = {}
     for student, path, label, group in zip(students, paths, labels, group_of, strict=True):
         controls, prefixes = prefix_ks, None
         if group is not None:
-            prefixes, ks = prefix_passes[group]
-            first = ks[0] == student.gist.num_gist
-            controls = [k for k in prefix_ks if k not in ks] if first else []
+            prefixes, totals, first = prefix_passes[group]
+            t = student.gist.keep_item_prefix
+            controls = [k for k in prefix_ks if t + k not in totals] if student.gist == first else []
         base = None
         if control_base:
             key = (student.base_ref, student.gist.dtype)

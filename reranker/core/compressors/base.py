@@ -6,8 +6,9 @@ item tokens (t = `keep_item_prefix`, the hybrid prefix) followed by s ≤ k more
 item (`gist.py`), the item columns attention selects (`select.py`), or simply the next item tokens
 (`prefix.py`). Each compressor owns, for its kind:
 
-    compress            item token ids → per item and budget, the stored K/V (L, 2, H_kv, p + s, h)
-                        (and each head's share, when heads keep different numbers: `kv.Kept`)
+    compress            item token ids → per item and layout, the stored K/V (L, 2, H_kv, p + s, h)
+                        (and each head's share, when heads keep different numbers: `kv.Kept`);
+                        one pass serves every layout that differs only in the `sweepable` settings
     tail_slots          s, the columns after the prefix that a valid unit of budget k holds
     query_start         the position id of the query's first token (RoPE distances as at compression)
     online_mask         what the query may read among the injected columns
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from reranker.core import layout
+from reranker.core.config import GistConfig
 from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
@@ -41,13 +43,17 @@ class Compressor(ABC):
     # GistConfig settings that only this compressor reads (a model reference naming another one refuses them)
     settings: ClassVar[tuple[str, ...]] = ()
 
+    # the settings whose values one compression pass can serve several of (a training-free sweep over
+    # budgets, hybrid prefixes, per-head shares): the item's forward does not depend on them
+    sweepable: ClassVar[tuple[str, ...]] = ()
+
     @abstractmethod
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, Kept]]:
-        """Per item, per budget k: the stored K/V (L, 2, H_kv, p + s, h) in the model's K/V dtype, with
-        each head's share of the columns where heads keep different numbers (`Kept`). Every budget
-        comes out of one pass over the items where the compressor allows it."""
+        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+    ) -> list[dict[GistConfig, Kept]]:
+        """Per item, per layout (the model's settings, or the same with other `sweepable` values): the
+        stored K/V (L, 2, H_kv, p + s, h) in the model's K/V dtype, with each head's share of the
+        columns where heads keep different numbers (`Kept`). Every layout comes out of one pass."""
 
     @abstractmethod
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
@@ -77,12 +83,20 @@ class Compressor(ABC):
         visible, pad slots never, causal over the query (`layout.online_mask`)."""
         return layout.online_mask(prefix_lens, prefix_slots, tail_lens, tail_slots, query_len)
 
-    def check_budgets(self, model: GistReranker, budgets: Sequence[int]) -> list[int]:
-        """`budgets` sorted and deduplicated; refused when not positive, or (learned slots) not the
-        model's own k."""
-        ks = sorted(set(budgets))
-        if not ks or min(ks) < 1:
-            raise ValueError(f"budgets must be positive integers, got {list(budgets)}")
-        if self.learned and ks != [model.gist.num_gist]:
-            raise ValueError(f"trained gists have k={model.gist.num_gist}; cannot compress to k={ks}")
-        return ks
+    def check_layouts(self, model: GistReranker, layouts: Sequence[GistConfig]) -> list[GistConfig]:
+        """`layouts` deduplicated; refused when empty, or when one differs from the model's settings in
+        anything but this compressor's `sweepable` ones (trained slots: in anything)."""
+        out = list(dict.fromkeys(layouts))
+        if not out:
+            raise ValueError("no layout to compress")
+        own = model.gist.model_dump()
+        for asked in out:
+            for name, value in asked.model_dump().items():
+                if value != own[name] and name not in self.sweepable:
+                    lead = (
+                        "trained gists have one layout"
+                        if self.learned
+                        else f"one {self.name} pass varies only {', '.join(self.sweepable)}"
+                    )
+                    raise ValueError(f"{lead}: asked {name}={value!r}, the model has {own[name]!r}")
+        return out

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from reranker.core.compressors.base import Compressor
+from reranker.core.config import GistConfig
 from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
@@ -28,13 +29,14 @@ class GistCompressor(Compressor):
 
     @torch.inference_mode()
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, Kept]]:
-        (k,) = self.check_budgets(model, budgets)
+        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+    ) -> list[dict[GistConfig, Kept]]:
+        (own,) = self.check_layouts(model, layouts)
+        k = own.num_gist
         rows = [torch.cat([model.embed(ids), model.gist_embeddings]) for ids in item_ids]
         # the gists run as a second forward on the item's cache: the gist adapter acts on them alone
         kvs = model.causal_kv(rows, [self.slots(model, len(ids)) for ids in item_ids], gist_rows=k)
-        return [{k: Kept(kv)} for kv in kvs]
+        return [{own: Kept(kv)} for kv in kvs]
 
     @staticmethod
     def slots(model: GistReranker, item_tokens: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from reranker.core.compressors.base import Compressor
+from reranker.core.config import GistConfig
 from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
@@ -23,18 +24,19 @@ if TYPE_CHECKING:
 
 class PrefixCompressor(Compressor):
     name = "prefix"
+    sweepable = ("num_gist", "keep_item_prefix")
 
     @torch.inference_mode()
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, Kept]]:
-        ks = self.check_budgets(model, budgets)
-        t = model.gist.keep_item_prefix
-        kept = [ids[: t + ks[-1]] for ids in item_ids]
+        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+    ) -> list[dict[GistConfig, Kept]]:
+        layouts = self.check_layouts(model, layouts)
+        widest = max(c.keep_item_prefix + c.num_gist for c in layouts)
+        kept = [ids[:widest] for ids in item_ids]
         slots = [torch.arange(len(ids), device=model.device) for ids in kept]
-        kvs = model.causal_kv([model.embed(ids) for ids in kept], slots)  # the largest budget's columns
-        # causal: the first t + k columns of the largest budget's forward are the smaller budget's own
-        return [{k: Kept(kv[:, :, :, : t + k]) for k in ks} for kv in kvs]
+        kvs = model.causal_kv([model.embed(ids) for ids in kept], slots)  # the widest layout's columns
+        # causal: the first t + k columns of the widest layout's forward are a narrower layout's own
+        return [{c: Kept(kv[:, :, :, : c.keep_item_prefix + c.num_gist]) for c in layouts} for kv in kvs]
 
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         return min(budget, item_tokens - prefix_tokens)

@@ -42,6 +42,7 @@ from torch import nn
 
 from reranker.core import layout
 from reranker.core.compressors.base import Compressor
+from reranker.core.config import GistConfig
 from reranker.core.kv import Kept, held_columns
 
 if TYPE_CHECKING:
@@ -78,29 +79,28 @@ def _repeat_suffix(model: nn.Module, item_ids: list[int]) -> list[int]:
 
 
 def select_kv(
-    model: nn.Module, item_ids: Sequence[list[int]], budgets: Sequence[int] | None = None
-) -> list[dict[int, Kept]]:
-    """Per item and per budget k (default: the config's), the kept K/V → {k: Kept((L, 2, H_kv, p + S, h),
-    head shares)} in the storage dtype (module docstring). Every budget comes out of the same forward:
-    one pass serves a k sweep."""
-    return [{k: kept for k, (kept, _) in per_k.items()} for per_k in _select(model, item_ids, budgets)]
+    model: nn.Module, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig] | None = None
+) -> list[dict[GistConfig, Kept]]:
+    """Per item and per layout (default: the model's own settings), the kept K/V → {layout:
+    Kept((L, 2, H_kv, p + S, h), head shares)} in the storage dtype (module docstring). The attention
+    scores do not depend on k, t or the per-head rule, so every layout comes out of the same forward: one
+    pass serves a sweep over budgets, hybrid prefixes and per-head shares."""
+    return [{c: kept for c, (kept, _) in per.items()} for per in _select(model, item_ids, layouts)]
 
 
 def selected_columns(model: nn.Module, item_ids: Sequence[list[int]]) -> list[torch.Tensor]:
     """The item positions `select_kv` keeps after the prefix → per item (L, H_kv, S), ascending; under
     per-head budgets a head with fewer than S repeats its first column to fill its row."""
-    k = model.gist.num_gist
-    return [per_k[k][1] for per_k in _select(model, item_ids, [k])]
+    return [per[model.gist][1] for per in _select(model, item_ids, [model.gist])]
 
 
 @torch.inference_mode()
 def _select(
-    model: nn.Module, item_ids: Sequence[list[int]], budgets: Sequence[int] | None
-) -> list[dict[int, tuple[Kept, torch.Tensor]]]:
-    t, window = model.gist.keep_item_prefix, model.gist.select_window
-    budgets = sorted(set(budgets or [model.gist.num_gist]))
+    model: nn.Module, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig] | None
+) -> list[dict[GistConfig, tuple[Kept, torch.Tensor]]]:
+    window = model.gist.select_window
+    layouts = list(dict.fromkeys(layouts or [model.gist]))
     kvzip = model.gist.select_scorer == "kvzip"
-    adaptive = model.gist.select_head_budget == "adaptive"
     lens = [len(ids) for ids in item_ids]
     # the rows that observe each item, appended after it: its last `window` tokens + the query's lead-in
     # (SnapKV: what a query reads), or a repeat prompt + the item again, teacher-forced (KVzip: what
@@ -149,10 +149,11 @@ def _select(
         raise RuntimeError(f"observed {len(mass)} of {model.num_layers} layers' attention weights")
     out = []
     for i, (j, pad) in enumerate(zip(lens, pads, strict=True)):
-        p = min(t, j)
-        prefix = torch.arange(pad, pad + p, device=model.device)
-        per_k = {}
-        for k in budgets:
+        per_layout = {}
+        for asked in layouts:
+            p, k = min(asked.keep_item_prefix, j), asked.num_gist
+            adaptive = asked.select_head_budget == "adaptive"
+            prefix = torch.arange(pad, pad + p, device=model.device)
             chosen = torch.stack(
                 [_chosen(m[i, :, pad + p : pad + j], k, model.gist.select_pool, adaptive) for m in mass]
             )  # (L, H_kv, j - p)
@@ -169,8 +170,8 @@ def _select(
                 chosen_kv = torch.stack([_gather(x, at) for x in both]) * keep[..., None]  # (2, H_kv, S, h)
                 layers.append(torch.cat([both[:, :, prefix], chosen_kv], dim=2))  # (2, H_kv, p + S, h)
             shares = None if bool(real.all()) else tuple(tuple(row) for row in counts.tolist())
-            per_k[k] = (Kept(torch.stack(layers).to(model.kv_dtype), shares), cols)
-        out.append(per_k)
+            per_layout[asked] = (Kept(torch.stack(layers).to(model.kv_dtype), shares), cols)
+        out.append(per_layout)
     return out
 
 
@@ -230,12 +231,13 @@ def selected_mask_scores(
 class SelectCompressor(Compressor):
     name = "select"
     settings = ("select_scorer", "select_window", "select_pool", "select_head_budget")
+    sweepable = ("num_gist", "keep_item_prefix", "select_head_budget")
 
     @torch.inference_mode()
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], budgets: Sequence[int]
-    ) -> list[dict[int, Kept]]:
-        return select_kv(model, item_ids, self.check_budgets(model, budgets))
+        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+    ) -> list[dict[GistConfig, Kept]]:
+        return select_kv(model, item_ids, self.check_layouts(model, layouts))
 
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         return min(budget, item_tokens - prefix_tokens)
