@@ -2,7 +2,7 @@
 KVzip), every head the same number of columns or per-head budgets, at 16 / 32 / 64 positions — nDCG@10
 and recall@1/5/10 vs the reader, then paired differences (95% bootstrap interval; topics better / worse)
 against prefix caching at the same positions and per-head against uniform. Run from the repository
-root on an evaluation folder that `run.sh` / `hybrid.sh` wrote:
+root on a folder that `kvzip_layouts.sh` wrote:
 `.venv/bin/python reports/quality/kvzip_layouts.py reports/quality/ap89-bm25-20-dev-24-hybrid`."""
 
 import json
