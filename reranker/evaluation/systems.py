@@ -202,6 +202,12 @@ def baseline_systems(
     }
 
 
+def _prefix_sweep(reader: GistReranker, budgets: Sequence[int]) -> BudgetSweep:
+    """Prefix caching of each of `budgets` positions, read by `reader`'s body and head, in one pass."""
+    body = prefix_reader(reader, max(budgets))
+    return BudgetSweep(body, [prefix_config(body.gist, b) for b in budgets])
+
+
 def _gist_systems(
     student: GistReranker,
     texts_by_id: Mapping[str, str],
@@ -262,8 +268,7 @@ def _gist_systems(
         # one line in the plots per body: a gist student's own, a select or prefix group's shared one
         family = f"prefix · {name(with_k=student.compressor.learned)}{tag}"
         if prefixes is None or tag:
-            body = prefix_reader(reader, budgets[-1])
-            prefixes = BudgetSweep(body, [prefix_config(body.gist, b) for b in budgets])
+            prefixes = _prefix_sweep(reader, budgets)
         for budget in budgets:
             # scored by this reader's body and head: two students' prefix controls of one budget differ,
             # unless they read through one body and head — a select group gets one control per budget
@@ -322,8 +327,7 @@ def student_systems(
         first = members[0].gist
         totals = {m.gist.keep_item_prefix + m.gist.num_gist for m in members}
         budgets = sorted(totals | {first.keep_item_prefix + k for k in prefix_ks})
-        body = prefix_reader(passes[g].body, budgets[-1])
-        prefix_passes[g] = (BudgetSweep(body, [prefix_config(body.gist, b) for b in budgets]), totals, first)
+        prefix_passes[g] = (_prefix_sweep(passes[g].body, budgets), totals, first)
     del groups
     bases: dict[tuple[str, str], GistReranker] = {}
     systems: dict[str, System] = {}
