@@ -3,7 +3,8 @@
 # likelihood), each trained 10 minutes on 2 CPU cores with the plain gists' CPU recipe
 # (configs/frozen_gists/ap89-token-kl.json: lr 1e-3, list-wise KL + per-token KL) on the first 24 train
 # topics (their articles' K/V cached once in runs/ap89/item-kv, shared by both runs); read on 24 AP89 dev
-# topics × 20 judged articles beside prefix caching at 16, 32 and 64. The reader is the k = 16 run's
+# topics × 20 judged articles beside their untrained starts (eval reads them for every gist student)
+# and prefix caching at 16, 32 and 64 (~85 min in all). The reader is the k = 16 run's
 # checkpoint read full-context (its gists and adapter act on gist rows only: it reads as the untouched
 # base). Needs the AP89 build (../shared/data/trec-ap89/README.md) in data/trec-ap89.
 set -euo pipefail
