@@ -4,7 +4,7 @@
 # the first 12 train topics' judged lists (their articles' teacher K/V cached once in runs/ap89/item-kv,
 # under the teacher's fingerprint); read on the 24 AP89 dev topics x 20 judged articles of eval.sh beside
 # prefix 64 on the same body, the reference the checkpoint's full-context read (the gists and their
-# adapter act on gist rows only: it reads as the teacher). fp32, the teacher's dtype (~65 min). Writes
+# adapter act on gist rows only: it reads as the teacher). fp32, the teacher's dtype (~85 min). Writes
 # gists/ beside this script.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
