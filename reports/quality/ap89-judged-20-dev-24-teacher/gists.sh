@@ -3,6 +3,7 @@
 # cores (configs/frozen_gists/ap89.json: list-wise KL only, the teacher scores by its head; lr 1e-3) on
 # the first 12 train topics' judged lists (their articles' teacher K/V cached once in runs/ap89/item-kv,
 # under the teacher's fingerprint); read on the 24 AP89 dev topics x 20 judged articles of eval.sh beside
+# their untrained start (eval reads it for every gist student) and
 # prefix 64 on the same body, the reference the checkpoint's full-context read (the gists and their
 # adapter act on gist rows only: it reads as the teacher). fp32, the teacher's dtype (~85 min). Writes
 # gists/ beside this script.
