@@ -719,6 +719,13 @@ def evaluate(
             "(the fair controls under --score-rule query_likelihood; a head-rule base has an untrained head)"
         ),
     ] = False,
+    untrained_control: Annotated[
+        bool,
+        typer.Option(
+            help="read each gist student's untrained gists beside it (what training added); "
+            "--no-untrained-control skips that second compression of every item"
+        ),
+    ] = True,
     run_dir: Annotated[
         Path | None,
         typer.Option(
@@ -765,6 +772,7 @@ def evaluate(
         run_dir=run_dir,
         max_queries=max_queries,
         gain=gain.value,  # type: ignore[arg-type]  # one of GAIN_FORMULA's keys
+        untrained_control=untrained_control,
     )
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot
@@ -786,9 +794,7 @@ def eval_merge(
         if not (run / "results.json").is_file():
             raise typer.BadParameter(f"{run}/results.json does not exist")
     try:
-        merged = merge_results(
-            [EvalResult.from_json(json.loads((run / "results.json").read_text())) for run in runs]
-        )
+        merged = merge_results([EvalResult.read(run) for run in runs])
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     write_outputs(merged, out)

@@ -81,6 +81,7 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "| gist t=3 k=2 |" in result.output and "| prefix 4 · gist t=3 k=2 |" in result.output
     assert "| gist t=3 k=2 | prefix 4 · gist t=3 k=2 · untouched base |" in result.output  # paired
+    assert "| untrained gists t=3 k=2 |" in result.output
     assert (tmp_path / "eval" / "results.json").is_file()
     merged = tmp_path / "merged"
     result = runner.invoke(
@@ -93,6 +94,9 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["eval-merge", str(tmp_path / "eval"), str(tmp_path / "nowhere")])
     assert result.exit_code != 0 and "nowhere/results.jsondoesnotexist" in unboxed(result.output)
+    result = runner.invoke(app, [*args, "--no-untrained-control"])  # skips the second compression
+    assert result.exit_code == 0, result.output
+    assert "| gist t=3 k=2 |" in result.output and "untrained gists" not in result.output
     teacher_only = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), *common]
     result = runner.invoke(app, teacher_only)
     assert result.exit_code != 0 and "nothingtoevaluate" in unboxed(result.output)

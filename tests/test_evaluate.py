@@ -134,7 +134,7 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
         assert s.by_length_quartile
     saved = json.loads((out / "results.json").read_text())
     assert saved == json.loads(json.dumps(result.to_json()))
-    assert EvalResult.from_json(saved) == result  # results.json reads back to the same result
+    assert EvalResult.read(out) == result  # results.json reads back to the same result
     assert saved["systems"]["gist t=3 k=2"] == {"family": "gist t=3", "positions": 5}  # the file format
     assert set(saved["records"][0]) == {"system", "query_id", "hard", "length_quartile", *METRICS}
     report = (out / "report.md").read_text()
@@ -678,6 +678,19 @@ def test_untrained_pooled_gists_are_their_own_control(tiny_base: Path, tmp_path:
     moved = trained.save_pretrained(tmp_path / "moved")
     again = evaluate(data, base, [moved], tmp_path / "again", device="cpu", prefix_ks=(1,), max_queries=1)
     assert again.systems["untrained gists pooled k=2"].control_of == "gist pooled k=2"
+    # without the untrained control the trained student keeps its prefix controls only
+    alone = evaluate(
+        data,
+        base,
+        [moved],
+        tmp_path / "alone",
+        device="cpu",
+        prefix_ks=(1,),
+        max_queries=1,
+        untrained_control=False,
+    )
+    assert {name for name, f in alone.systems.items() if f.control_of} == set(controls)
+    assert "gist pooled k=2" in alone.summary and "untrained gists pooled k=2" not in alone.summary
 
 
 def test_a_stopped_evaluation_keeps_its_finished_queries(

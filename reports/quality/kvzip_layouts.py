@@ -5,13 +5,12 @@ against prefix caching at the same positions and per-head against uniform. Run f
 root on a folder that `kvzip_layouts.sh` wrote:
 `.venv/bin/python reports/quality/kvzip_layouts.py reports/quality/ap89-bm25-20-dev-24-hybrid`."""
 
-import json
 import sys
 from pathlib import Path
 
 from reranker.evaluation.results import EvalResult, paired_across
 
-RESULT = EvalResult.from_json(json.loads((Path(sys.argv[1]) / "results.json").read_text()))
+RESULT = EvalResult.read(Path(sys.argv[1]))
 METRICS = ("ndcg@10", "recall@1", "recall@5", "recall@10")
 
 

@@ -1,7 +1,8 @@
 """What an evaluation records and writes: per system and query the METRICS (`QueryRecord`), their means
 and intervals (`SystemSummary`, `summarize`), each student minus its controls (`paired_differences`;
 one system against another across two evaluations: `paired_across`), and the whole evaluation as
-results.json (`EvalResult`, written by `report.write_outputs` and read back by `EvalResult.from_json`);
+results.json (`EvalResult`, written by `report.write_outputs`, read back from an eval folder by
+`EvalResult.read`);
 `merge_results` joins evaluations of different students on the same queries into one. Data and
 arithmetic on it, no model: the runner, the report and the plots build on it, and `gistrank eval-merge`
 needs nothing else.
@@ -9,8 +10,10 @@ needs nothing else.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from reranker.ranking_metrics import GAIN_FORMULA, bootstrap_ci
@@ -136,6 +139,11 @@ class EvalResult:
             truncation=data.get("truncation"),
             gain=data.get("gain", "linear"),
         )
+
+    @classmethod
+    def read(cls, folder: Path) -> EvalResult:
+        """The evaluation an eval folder holds (its results.json)."""
+        return cls.from_json(json.loads((folder / "results.json").read_text()))
 
 
 @dataclass(frozen=True)

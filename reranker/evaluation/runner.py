@@ -184,14 +184,16 @@ def evaluate(
     run_dir: Path | None = None,
     max_queries: int | None = None,
     gain: Gain = "linear",
+    untrained_control: bool = True,
 ) -> EvalResult:
     """Score `data`'s `split` with the teacher, every student's systems and every other full-context
     model in `full_paths`; write results.json, report.md and plots to `out`, and with `run_dir` one TREC
     run file per system and the split's qrels (`run_files.write_runs`). `control_base`: read each
-    student's controls with its untouched base LM as well (see `systems._gist_systems`). BM25's IDF is
-    over the set's collection (`data.collection`, saved by `gistrank data import-trec`), else over all
-    of `data`'s items. `max_queries`: only the split's first queries (the slice is stated in the
-    report). `gain`: nDCG's gain, the label (trec_eval's) or 2^label − 1, for every system and fit."""
+    student's controls with its untouched base LM as well; `untrained_control`: read a gist student's
+    untrained gists beside it (see `systems._gist_systems`). BM25's IDF is over the set's collection
+    (`data.collection`, saved by `gistrank data import-trec`), else over all of `data`'s items.
+    `max_queries`: only the split's first queries (the slice is stated in the report). `gain`: nDCG's
+    gain, the label (trec_eval's) or 2^label − 1, for every system and fit."""
     test = data.split(split, max_queries)
     if not test.queries:
         raise ValueError(f"split {split!r} has no queries")
@@ -207,7 +209,7 @@ def evaluate(
     }
 
     systems = baseline_systems(texts_by_id, collection)
-    systems |= student_systems(student_paths, texts_by_id, prefix_ks, control_base, device)
+    systems |= student_systems(student_paths, texts_by_id, prefix_ks, control_base, device, untrained_control)
     systems |= full_context_systems(full_paths, texts_by_id, device)
     reference = full_system(teacher, texts_by_id, TEACHER)
     everyone = {"teacher": reference, **systems}

@@ -217,6 +217,7 @@ def _gist_systems(
     shared: BudgetSweep | None = None,
     prefixes: BudgetSweep | None = None,
     trained_s: float | None = None,
+    untrained_control: bool = True,
 ) -> dict[str, System]:
     """Systems of one student checkpoint: its own online path and its controls. A `label` (its run)
     suffixes every name and family; `shared`: the one compression pass the student's k is part of;
@@ -253,7 +254,7 @@ def _gist_systems(
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
         # selection and prefix have no gists to leave untrained; untrained gists are their own control
-        if student.compressor.learned and not gists_untrained(student):
+        if untrained_control and student.compressor.learned and not gists_untrained(student):
             untrained = StoredKV(texts_by_id, lambda r=reader: untrained_gists(r), _own_compress)
             systems[name("untrained gists") + tag] = untrained.system(
                 SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
@@ -293,9 +294,11 @@ def student_systems(
     prefix_ks: Sequence[int],
     control_base: bool = False,
     device: str | None = None,
+    untrained_control: bool = True,
 ) -> dict[str, System]:
-    """Every student's systems (`_gist_systems`). Students of one gist layout are told apart by their
-    run folder; with `control_base` each base LM is loaded once (per dtype), however many students.
+    """Every student's systems (`_gist_systems`; `untrained_control`: with its untrained gists).
+    Students of one gist layout are told apart by their run folder; with `control_base` each base LM is
+    loaded once (per dtype), however many students.
     Select or prefix students that differ only in k (same body and settings) share one body and one
     compression pass (`BudgetSweep`), and so do those that differ in anything else one pass serves (a
     selection student's hybrid prefix t and per-head rule)."""
@@ -345,7 +348,9 @@ def student_systems(
             base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
         shared = passes[group] if group is not None else None
         trained_s = training_seconds(path)
-        systems |= _gist_systems(student, texts_by_id, controls, label, base, shared, prefixes, trained_s)
+        systems |= _gist_systems(
+            student, texts_by_id, controls, label, base, shared, prefixes, trained_s, untrained_control
+        )
     return systems
 
 

@@ -5,19 +5,13 @@ GPU-trained gists at 64 of ../ap89-judged-20-dev-24-gpu/ (the same topics and li
 frozen base on one H200). Run from the repository root:
 `.venv/bin/python reports/quality/ap89-judged-20-dev-24-gists-k16-k32/paired.py`."""
 
-import json
 from pathlib import Path
 
 from reranker.evaluation.results import EvalResult, paired_across
 
-
-def read(folder: Path) -> EvalResult:
-    return EvalResult.from_json(json.loads((folder / "results.json").read_text()))
-
-
 HERE = Path(__file__).parent
-GISTS = read(HERE)
-GPU = read(HERE.parent / "ap89-judged-20-dev-24-gpu")
+GISTS = EvalResult.read(HERE)
+GPU = EvalResult.read(HERE.parent / "ap89-judged-20-dev-24-gpu")
 
 
 def snapkv(k: int) -> str:

@@ -4,21 +4,15 @@ step 20 and step 140 (../ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1/) and aga
 run (../ap89-judged-20-dev-47-hybrid-t48-k16-es/). Run from the repository root:
 `.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-20-steps-seed2/paired.py`."""
 
-import json
 from pathlib import Path
 
 from reranker.evaluation.results import EvalResult, paired_across
 
-
-def read(folder: Path) -> EvalResult:
-    return EvalResult.from_json(json.loads((folder / "results.json").read_text()))
-
-
 HERE = Path(__file__).parent
-SEED2 = read(HERE)
+SEED2 = EvalResult.read(HERE)
 SEED1 = HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1"
-SEED1_STEP20, SEED1_STEP140 = read(SEED1 / "step20"), read(SEED1)
-SEED0 = read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es")
+SEED1_STEP20, SEED1_STEP140 = EvalResult.read(SEED1 / "step20"), EvalResult.read(SEED1)
+SEED0 = EvalResult.read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es")
 HYBRID = "gist t=48 k=16"
 PAIRS = [
     ("seed 2, 20 steps − prefix 64", SEED2, "prefix k=64"),

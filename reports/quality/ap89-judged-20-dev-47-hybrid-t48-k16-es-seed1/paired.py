@@ -5,19 +5,13 @@ and against seed 0 (../ap89-judged-20-dev-47-hybrid-t48-k16-es/, step picked on 
 steps against each other. Run from the repository root:
 `.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1/paired.py`."""
 
-import json
 from pathlib import Path
 
 from reranker.evaluation.results import EvalResult, paired_across
 
-
-def read(folder: Path) -> EvalResult:
-    return EvalResult.from_json(json.loads((folder / "results.json").read_text()))
-
-
 HERE = Path(__file__).parent
-STEP140, STEP20 = read(HERE), read(HERE / "step20")
-SEED0 = read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es")
+STEP140, STEP20 = EvalResult.read(HERE), EvalResult.read(HERE / "step20")
+SEED0 = EvalResult.read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es")
 HYBRID = "gist t=48 k=16"
 UNTRAINED = f"untrained gists {HYBRID[5:]}"
 PAIRS = [

@@ -5,22 +5,15 @@ against its untrained start, and against the 24-topic runs of ../ap89-judged-20-
 topics (../ap89-bm25-20-dev-24-hybrid-t48-k16-es/) against prefix 64 and its untrained start. Run from
 the repository root: `.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16-es/paired.py`."""
 
-import json
 from pathlib import Path
 
 from reranker.evaluation.results import EvalResult, paired_across
 
 HERE = Path(__file__).parent
-NEW = EvalResult.from_json(json.loads((HERE / "results.json").read_text()))
-M75 = EvalResult.from_json(
-    json.loads((HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16" / "results.json").read_text())
-)
-M40 = EvalResult.from_json(
-    json.loads((HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47" / "results.json").read_text())
-)
-BM25 = EvalResult.from_json(
-    json.loads((HERE.parent / "ap89-bm25-20-dev-24-hybrid-t48-k16-es" / "results.json").read_text())
-)
+NEW = EvalResult.read(HERE)
+M75 = EvalResult.read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16")
+M40 = EvalResult.read(HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47")
+BM25 = EvalResult.read(HERE.parent / "ap89-bm25-20-dev-24-hybrid-t48-k16-es")
 HYBRID = "gist t=48 k=16"
 PAIRS = [
     ("early-stopped hybrid − prefix 64", NEW, HYBRID, NEW, "prefix k=64"),

@@ -3,16 +3,13 @@
 (../ap89-judged-20-dev-hybrid-t48-k16/dev47/). Run from the repository root:
 `.venv/bin/python reports/quality/ap89-judged-20-dev-47-hybrid-t48-k16/paired.py`."""
 
-import json
 from pathlib import Path
 
 from reranker.evaluation.results import EvalResult, paired_across
 
 HERE = Path(__file__).parent
-NEW = EvalResult.from_json(json.loads((HERE / "results.json").read_text()))
-OLD = EvalResult.from_json(
-    json.loads((HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47" / "results.json").read_text())
-)
+NEW = EvalResult.read(HERE)
+OLD = EvalResult.read(HERE.parent / "ap89-judged-20-dev-hybrid-t48-k16" / "dev47")
 HYBRID = "gist t=48 k=16"
 PAIRS = [
     ("75-min hybrid − prefix 64", NEW, HYBRID, NEW, "prefix k=64"),

@@ -6,7 +6,6 @@ evaluated in), beside the score gap at the top-10 boundary that decides recall@1
 and draws `recall_vs_positions.png`. Run from the repository root after run.sh:
 `.venv/bin/python reports/quality/ap89-judged-20-dev-47-reader-cuts/distance.py`."""
 
-import json
 import statistics
 from pathlib import Path
 
@@ -22,10 +21,6 @@ BF16 = Path("runs/ap89-reader-cuts/eval-dev47/runs")
 FP32 = Path("runs/ap89-reader-fp32/eval-dev47/runs")
 CUT = "full context · runs/ap89-hybrid-q45-s1/t48k16/checkpoint?max_item_tokens={}"
 KS = (1, 5, 10)
-
-
-def read(folder: Path) -> EvalResult:
-    return EvalResult.from_json(json.loads((folder / "results.json").read_text()))
 
 
 def cell(values: list[float]) -> str:
@@ -65,8 +60,8 @@ print(
 )
 
 # ------------------------------------------------------------------ positions read
-cuts, prefix128 = read(HERE), read(HERE / "prefix128")
-seed1 = read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1")
+cuts, prefix128 = EvalResult.read(HERE), EvalResult.read(HERE / "prefix128")
+seed1 = EvalResult.read(HERE.parent / "ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1")
 points = [(64, seed1, "prefix k=64"), (128, prefix128, "prefix k=128")]
 points += [(n, cuts, CUT.format(n)) for n in (256, 512, 768)] + [(1024, cuts, "teacher")]
 print(
@@ -116,7 +111,7 @@ fig.tight_layout()
 fig.savefig(HERE / "recall_vs_positions.png", dpi=120)
 
 # ------------------------------------------------------------------ BM25's top 20 of the same topics
-bm25_lists = read(HERE / "bm25-lists")
+bm25_lists = EvalResult.read(HERE / "bm25-lists")
 print(
     "\nBM25's top 20, the same 47 topics (nDCG@10): "
     + "; ".join(

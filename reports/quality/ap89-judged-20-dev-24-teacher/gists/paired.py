@@ -5,25 +5,19 @@ evaluation, against SnapKV, KVzip and the selection hybrid at 64 of the teacher'
 Run from the repository root:
 `.venv/bin/python reports/quality/ap89-judged-20-dev-24-teacher/gists/paired.py`."""
 
-import json
 from pathlib import Path
 
 from reranker.evaluation.results import EvalResult, paired_across
 
-
-def read(folder: Path) -> EvalResult:
-    return EvalResult.from_json(json.loads((folder / "results.json").read_text()))
-
-
 HERE = Path(__file__).parent
-GISTS = read(HERE)
+GISTS = EvalResult.read(HERE)
 TEACHER = HERE.parent
 PAIRS = [
     ("prefix 64, teacher's body", GISTS, "prefix k=64"),
-    ("SnapKV 64, teacher's body", read(TEACHER), "select k=64"),
-    ("KVzip 64, teacher's body", read(TEACHER / "kvzip"), "select kvzip k=64"),
-    ("hybrid 32 + KVzip 32, teacher's body", read(TEACHER / "hybrid"), "select kvzip t=32 k=32"),
-    ("the default (prefix 64 on the base)", read(TEACHER / "vs-base"), "prefix k=64"),
+    ("SnapKV 64, teacher's body", EvalResult.read(TEACHER), "select k=64"),
+    ("KVzip 64, teacher's body", EvalResult.read(TEACHER / "kvzip"), "select kvzip k=64"),
+    ("hybrid 32 + KVzip 32, teacher's body", EvalResult.read(TEACHER / "hybrid"), "select kvzip t=32 k=32"),
+    ("the default (prefix 64 on the base)", EvalResult.read(TEACHER / "vs-base"), "prefix k=64"),
 ]
 
 print("| difference | Δ nDCG@10 | Δ recall@5 vs teacher | Δ recall@10 vs teacher |")
