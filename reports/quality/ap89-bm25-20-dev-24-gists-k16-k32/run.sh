@@ -2,11 +2,11 @@
 # The plain gists at 16 and 32 positions over the frozen base (trained 10 CPU-minutes each on judged
 # lists of train topics by ../ap89-judged-20-dev-24-gists-k16-k32/run.sh, which this runs first when
 # their checkpoints are missing) read on the lists a cascade reranks: BM25's top 20 for 24 AP89 dev
-# topics, unjudged articles counted non-relevant; beside prefix caching at 16, 32 and 64 (their
-# untrained starts are read on the judged lists only: --no-untrained-control halves the gists' cost),
-# the reference the base's whole-article read (the k = 16 checkpoint read full-context:
-# its gists and adapter act on gist rows only). Needs the AP89 build (../shared/data/trec-ap89/README.md)
-# in data/trec-ap89.
+# topics, unjudged articles counted non-relevant; beside prefix caching at 16, 32 and 64, the reference
+# the base's whole-article read (the k = 16 checkpoint read full-context: its gists and adapter act on
+# gist rows only). Their untrained starts are read on the judged lists only: --no-untrained-control
+# skips compressing every article a second time for them. Needs the AP89 build
+# (../shared/data/trec-ap89/README.md) in data/trec-ap89.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../.."
