@@ -1,0 +1,33 @@
+"""Paired differences (95% bootstrap interval; topics better / worse) with the shipped LoRA teacher as the
+reader on BM25's top 20 for 24 AP89 dev topics (run.sh): SnapKV against prefix caching of the teacher's
+K/V at 16, 32 and 64; and, on nDCG@10 (label-based, so comparable across readers), the teacher's
+whole-article read, prefix 64 and SnapKV 64 on its body against the base's whole-article read and the
+default (prefix 64 on the base) of ../ap89-bm25-20-dev-24-gists-k16-k32/. Run from the repository root:
+`.venv/bin/python reports/quality/ap89-bm25-20-dev-24-teacher/paired.py`."""
+
+from pathlib import Path
+
+from reranker.evaluation.results import EvalResult, paired_across
+
+HERE = Path(__file__).parent
+TEACHER = EvalResult.read(HERE)
+BASE = EvalResult.read(HERE.parent / "ap89-bm25-20-dev-24-gists-k16-k32")
+
+print("| difference (teacher as the reader) | Δ nDCG@10 | Δ recall@5 vs teacher | Δ recall@10 vs teacher |")
+print("|---|---|---|---|")
+for k in (16, 32, 64):
+    cells = [
+        str(paired_across(TEACHER, f"select k={k}", TEACHER, f"prefix {k} · select k={k}", m))
+        for m in ("ndcg@10", "recall@5", "recall@10")
+    ]
+    print(f"| SnapKV {k} − prefix {k} | " + " | ".join(cells) + " |")
+
+print("\n| difference (across readers) | Δ nDCG@10 |")
+print("|---|---|")
+for label, system, other, other_system in (
+    ("teacher, whole article − base, whole article", "teacher", BASE, "teacher"),
+    ("teacher, whole article − the default (prefix 64 on the base)", "teacher", BASE, "prefix k=64"),
+    ("prefix 64 on the teacher − the default", "prefix 64 · select k=64", BASE, "prefix k=64"),
+    ("SnapKV 64 on the teacher − the default", "select k=64", BASE, "prefix k=64"),
+):
+    print(f"| {label} | {paired_across(TEACHER, system, other, other_system, 'ndcg@10')} |")
