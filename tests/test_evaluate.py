@@ -34,6 +34,7 @@ from reranker.evaluation.results import (
     merge_results,
     paired_across,
     paired_differences,
+    paired_row,
 )
 from reranker.evaluation.runner import evaluate, score_queries
 from reranker.evaluation.sweep import BudgetSweep, layout_reader
@@ -234,6 +235,9 @@ def test_paired_across_two_evaluations_by_hand() -> None:
     diff = paired_across(new, "gist k=2", old, "gist k=2", "ndcg@10")
     assert math.isclose(diff.mean, (-0.2 + 0.5) / 2) and (diff.better, diff.worse) == (1, 1)
     assert str(diff).startswith("+0.150 [")
+    # a report's table row: the label, then one cell per metric (recall@5 is 0 everywhere here)
+    row = paired_row("new − old", new, "gist k=2", old, "gist k=2", ("ndcg@10", "recall@5"))
+    assert row == f"| new − old | {diff} | +0.000 [+0.000, +0.000] (0 / 0) |"
     with pytest.raises(ValueError, match="not evaluated on the same queries"):
         paired_across(new, "gist k=2", result("gist k=2", {"q1": 0.5}), "gist k=2", "ndcg@10")
     with pytest.raises(ValueError, match="not evaluated on the same queries"):

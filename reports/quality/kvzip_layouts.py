@@ -8,7 +8,7 @@ root on a folder that `kvzip_layouts.sh` wrote:
 import sys
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 RESULT = EvalResult.read(Path(sys.argv[1]))
 METRICS = ("ndcg@10", "recall@1", "recall@5", "recall@10")
@@ -40,8 +40,4 @@ for k in (16, 32, 64):
     pairs = [(layout(k, h, p), prefix) for h in (False, True) for p in (False, True)]
     pairs += [(layout(k, h, True), layout(k, h, False)) for h in (False, True)]
     for student, control in pairs:
-        cells = [
-            str(paired_across(RESULT, student, RESULT, control, m))
-            for m in ("ndcg@10", "recall@5", "recall@10")
-        ]
-        print(f"| {student} − {control.split(' · ')[0]} | {k} | " + " | ".join(cells) + " |")
+        print(paired_row(f"{student} − {control.split(' · ')[0]} | {k}", RESULT, student, RESULT, control))

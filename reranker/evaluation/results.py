@@ -1,6 +1,7 @@
 """What an evaluation records and writes: per system and query the METRICS (`QueryRecord`), their means
 and intervals (`SystemSummary`, `summarize`), each student minus its controls (`paired_differences`;
-one system against another across two evaluations: `paired_across`), and the whole evaluation as
+one system against another across two evaluations: `paired_across`, a table row of them:
+`paired_row`), and the whole evaluation as
 results.json (`EvalResult`, written by `report.write_outputs`, read back from an eval folder by
 `EvalResult.read`);
 `merge_results` joins evaluations of different students on the same queries into one. Data and
@@ -266,6 +267,20 @@ def paired_across(
     if not a or a.keys() != b.keys():
         raise ValueError(f"{student!r} and {control!r} were not evaluated on the same queries")
     return Difference.of([a[q].metrics[metric] - b[q].metrics[metric] for q in sorted(a)])
+
+
+def paired_row(
+    label: str,
+    first: EvalResult,
+    student: str,
+    second: EvalResult,
+    control: str,
+    metrics: Sequence[str] = ("ndcg@10", "recall@5", "recall@10"),
+) -> str:
+    """One Markdown table row: `label`, then `paired_across` for each of `metrics` (the reports'
+    `paired.py` scripts print their tables with it)."""
+    cells = [str(paired_across(first, student, second, control, m)) for m in metrics]
+    return f"| {label} | " + " | ".join(cells) + " |"
 
 
 def metric_header(metric: str, gain: str = "linear") -> str:

@@ -8,7 +8,7 @@ from the repository root: `.venv/bin/python reports/quality/ap89-bm25-20-dev-24-
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 GISTS = EvalResult.read(HERE)
@@ -36,8 +36,4 @@ PAIRS = [
 print("| difference | Δ nDCG@10 | Δ recall@5 vs reader | Δ recall@10 vs reader |")
 print("|---|---|---|---|")
 for system, label, other, other_system in PAIRS:
-    cells = [
-        str(paired_across(GISTS, system, other, other_system, m))
-        for m in ("ndcg@10", "recall@5", "recall@10")
-    ]
-    print(f"| gists {system[-2:]} − {label} | " + " | ".join(cells) + " |")
+    print(paired_row(f"gists {system[-2:]} − {label}", GISTS, system, other, other_system))

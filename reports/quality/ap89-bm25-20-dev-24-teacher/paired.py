@@ -7,7 +7,7 @@ default (prefix 64 on the base) of ../ap89-bm25-20-dev-24-gists-k16-k32/. Run fr
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 TEACHER = EvalResult.read(HERE)
@@ -16,11 +16,11 @@ BASE = EvalResult.read(HERE.parent / "ap89-bm25-20-dev-24-gists-k16-k32")
 print("| difference (teacher as the reader) | Δ nDCG@10 | Δ recall@5 vs teacher | Δ recall@10 vs teacher |")
 print("|---|---|---|---|")
 for k in (16, 32, 64):
-    cells = [
-        str(paired_across(TEACHER, f"select k={k}", TEACHER, f"prefix {k} · select k={k}", m))
-        for m in ("ndcg@10", "recall@5", "recall@10")
-    ]
-    print(f"| SnapKV {k} − prefix {k} | " + " | ".join(cells) + " |")
+    print(
+        paired_row(
+            f"SnapKV {k} − prefix {k}", TEACHER, f"select k={k}", TEACHER, f"prefix {k} · select k={k}"
+        )
+    )
 
 print("\n| difference (across readers) | Δ nDCG@10 |")
 print("|---|---|")
@@ -30,4 +30,4 @@ for label, system, other, other_system in (
     ("prefix 64 on the teacher − the default", "prefix 64 · select k=64", BASE, "prefix k=64"),
     ("SnapKV 64 on the teacher − the default", "select k=64", BASE, "prefix k=64"),
 ):
-    print(f"| {label} | {paired_across(TEACHER, system, other, other_system, 'ndcg@10')} |")
+    print(paired_row(label, TEACHER, system, other, other_system, ("ndcg@10",)))

@@ -7,7 +7,7 @@ frozen base on one H200). Run from the repository root:
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 GISTS = EvalResult.read(HERE)
@@ -42,8 +42,4 @@ PAIRS = [
 print("| difference | Δ nDCG@10 | Δ recall@5 vs reader | Δ recall@10 vs reader |")
 print("|---|---|---|---|")
 for system, label, other, other_system in PAIRS:
-    cells = [
-        str(paired_across(GISTS, system, other, other_system, m))
-        for m in ("ndcg@10", "recall@5", "recall@10")
-    ]
-    print(f"| gists {system[-2:]} − {label} | " + " | ".join(cells) + " |")
+    print(paired_row(f"gists {system[-2:]} − {label}", GISTS, system, other, other_system))

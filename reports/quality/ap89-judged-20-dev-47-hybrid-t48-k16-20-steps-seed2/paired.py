@@ -6,7 +6,7 @@ run (../ap89-judged-20-dev-47-hybrid-t48-k16-es/). Run from the repository root:
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 SEED2 = EvalResult.read(HERE)
@@ -23,5 +23,4 @@ PAIRS = [
 ]
 
 for label, b, sb in PAIRS:
-    cells = [str(paired_across(SEED2, HYBRID, b, sb, m)) for m in ("ndcg@10", "recall@5", "recall@10")]
-    print(f"| {label} | " + " | ".join(cells) + " |")
+    print(paired_row(label, SEED2, HYBRID, b, sb))

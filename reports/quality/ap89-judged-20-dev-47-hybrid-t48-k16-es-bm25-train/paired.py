@@ -6,7 +6,7 @@ on BM25's top 20 for 24 dev topics (bm25-dev24/) against the same three. Run fro
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 JUDGED, BM25 = EvalResult.read(HERE), EvalResult.read(HERE / "bm25-dev24")
@@ -20,5 +20,4 @@ for lists, new, old in (("judged", JUDGED, JUDGED_ONLY), ("BM25's top 20", BM25,
         ("its untrained start", new, UNTRAINED),
         ("the hybrid trained on judged lists only", old, HYBRID),
     ):
-        cells = [str(paired_across(new, HYBRID, b, sb, m)) for m in ("ndcg@10", "recall@5", "recall@10")]
-        print(f"| {lists}: hybrid (judged + BM25 lists) − {label} | " + " | ".join(cells) + " |")
+        print(paired_row(f"{lists}: hybrid (judged + BM25 lists) − {label}", new, HYBRID, b, sb))

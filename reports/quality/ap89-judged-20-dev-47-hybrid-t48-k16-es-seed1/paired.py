@@ -7,7 +7,7 @@ steps against each other. Run from the repository root:
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 STEP140, STEP20 = EvalResult.read(HERE), EvalResult.read(HERE / "step20")
@@ -32,5 +32,4 @@ PAIRS = [
 ]
 
 for label, a, sa, b, sb in PAIRS:
-    cells = [str(paired_across(a, sa, b, sb, metric)) for metric in ("ndcg@10", "recall@5", "recall@10")]
-    print(f"| {label} | " + " | ".join(cells) + " |")
+    print(paired_row(label, a, sa, b, sb))

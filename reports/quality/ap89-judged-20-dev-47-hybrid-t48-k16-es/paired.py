@@ -7,7 +7,7 @@ the repository root: `.venv/bin/python reports/quality/ap89-judged-20-dev-47-hyb
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 NEW = EvalResult.read(HERE)
@@ -33,5 +33,4 @@ PAIRS = [
 
 
 for label, a, sa, b, sb in PAIRS:
-    cells = [str(paired_across(a, sa, b, sb, metric)) for metric in ("ndcg@10", "recall@5", "recall@10")]
-    print(f"| {label} | " + " | ".join(cells) + " |")
+    print(paired_row(label, a, sa, b, sb))

@@ -5,7 +5,7 @@
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 NEW = EvalResult.read(HERE)
@@ -20,5 +20,4 @@ PAIRS = [
 
 
 for label, a, sa, b, sb in PAIRS:
-    cells = [str(paired_across(a, sa, b, sb, metric)) for metric in ("ndcg@10", "recall@5", "recall@10")]
-    print(f"| {label} | " + " | ".join(cells) + " |")
+    print(paired_row(label, a, sa, b, sb))

@@ -12,7 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from reranker.data.trec import read_qrels
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_across, paired_row
 from reranker.evaluation.run_files import read_run
 from reranker.ranking_metrics import bootstrap_ci, ndcg_at_k, ranking, recall_at_k_vs_reference
 
@@ -125,5 +125,4 @@ for label, first, second in [
     ("prefix 128 − the reader", "prefix k=128", "teacher"),
     ("the reader − BM25", "teacher", "bm25"),
 ]:
-    cells = [str(paired_across(bm25_lists, first, bm25_lists, second, m)) for m in ("ndcg@10", "recall@10")]
-    print(f"| {label} | {' | '.join(cells)} |")
+    print(paired_row(label, bm25_lists, first, bm25_lists, second, ("ndcg@10", "recall@10")))

@@ -7,7 +7,7 @@ Run from the repository root:
 
 from pathlib import Path
 
-from reranker.evaluation.results import EvalResult, paired_across
+from reranker.evaluation.results import EvalResult, paired_row
 
 HERE = Path(__file__).parent
 GISTS = EvalResult.read(HERE)
@@ -23,7 +23,4 @@ PAIRS = [
 print("| difference | Δ nDCG@10 | Δ recall@5 vs teacher | Δ recall@10 vs teacher |")
 print("|---|---|---|---|")
 for label, other, system in PAIRS:
-    cells = [
-        str(paired_across(GISTS, "gist k=64", other, system, m)) for m in ("ndcg@10", "recall@5", "recall@10")
-    ]
-    print(f"| gists 64 − {label} | " + " | ".join(cells) + " |")
+    print(paired_row(f"gists 64 − {label}", GISTS, "gist k=64", other, system))
