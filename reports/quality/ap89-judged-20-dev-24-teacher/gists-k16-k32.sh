@@ -7,7 +7,7 @@
 # gists.sh's checkpoint read full-context (gists and adapter act on gist rows only: it reads as the
 # teacher), so its whole-article read, prefix 64 and the 64 gists are read back from gists.sh's run files
 # (which this runs first when missing). Untrained starts are not read (--no-untrained-control: the 64
-# gists' start read at the no-item floor). fp32, the teacher's dtype (~60 min). Writes gists-k16-k32/.
+# gists' start read at the no-item floor). fp32, the teacher's dtype (~70 min). Writes gists-k16-k32/.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../.."
