@@ -1,4 +1,4 @@
-"""Paired differences (95% bootstrap interval; topics better / worse) of the plain gists at 16 and 32
+"""Paired differences (95% bootstrap interval; topics better / worse) of the plain gists at 16, 32 and 64
 positions trained over the LoRA teacher (../gists.sh) on BM25's top 20 for 24 AP89 dev topics: against
 prefix caching at the same positions and at 64 on the teacher's body in this evaluation, against SnapKV,
 KVzip and the selection hybrid at the same positions of the teacher's other evaluations of these lists
@@ -19,7 +19,7 @@ BASE = EvalResult.read(TEACHER.parent / "ap89-bm25-20-dev-24-gists-k16-k32")
 
 print("| difference | Δ nDCG@10 | Δ recall@5 vs teacher | Δ recall@10 vs teacher |")
 print("|---|---|---|---|")
-for k in (16, 32):
+for k in (16, 32, 64):
     gists = f"gist k={k}"
     budgets = sorted({k, 64})  # prefix at the gists' own positions and at 64
     for label, other, system in (
@@ -32,7 +32,7 @@ for k in (16, 32):
 
 print("\n| difference (across readers) | Δ nDCG@10 |")
 print("|---|---|")
-for k in (16, 32):
+for k in (16, 32, 64):
     print(
         paired_row(
             f"gists {k} − the default (prefix 64 on the base)",
