@@ -11,10 +11,10 @@ and the category's spec fields (capacities, sizes, colours, years, ...). Each pr
 `siblings_per_product` near-duplicate *siblings* that differ from it in exactly ONE field: either a spec
 field (the sibling is then another SKU, so it also gets its own part number: part numbers identify SKUs
 and never carry a spec) or only the part number, off by one digit of its body (a regional or packaging
-variant with identical specs). A
-sibling's title and description are the product's, re-rendered with the changed value, so the texts are
-near-identical; descriptions also name the values the family's siblings come in ("Also sold with a
-different storage (128GB)"), so the wrong value appears in the right item's text as a distractor.
+variant with identical specs). A sibling's title and description are the product's, re-rendered with
+the changed value, so the texts are near-identical; descriptions also name the values the family's
+siblings come in ("Also sold with a different storage (128GB)"), so the wrong value appears in the right
+item's text as a distractor.
 
 Part numbers read `BBB-CC12345-D`: brand code, category code, a five-digit body and a check digit
 (EAN-style weights 3,1,3,1,3, mod 10), so a one-digit change of the body also changes the check digit.
