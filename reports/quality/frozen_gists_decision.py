@@ -14,6 +14,7 @@ nDCG@10 points as a Markdown table. Run from the repository root:
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import matplotlib
@@ -32,8 +33,26 @@ def _hybrid(k: int, per_head: str = "") -> str:
     return f"select kvzip{per_head} t={k // 2} k={k // 2}"
 
 
-# panel → (first source: the levels, {family: {k: (source folder, system name)}})
-SOURCES: dict[str, tuple[str, dict[str, dict[int, tuple[str, str]]]]] = {
+Panel = tuple[str, dict[str, dict[int, tuple[str, str]]]]  # (first source: the levels, family → k → source)
+
+
+def _teacher_panel(root: str, layouts: str, gists: dict[int, str]) -> Panel:
+    """The teacher's panels share one shape: prefix caching and SnapKV from `root`'s evaluation, every
+    KVzip layout from its `layouts` folder, the gists from its `gists[k]` folders."""
+    return (
+        root,
+        {
+            "prefix caching": {k: (root, f"prefix {k} · select k={k}") for k in BUDGETS},
+            "SnapKV": {k: (root, f"select k={k}") for k in BUDGETS},
+            "KVzip": {k: (f"{root}/{layouts}", f"select kvzip k={k}") for k in BUDGETS},
+            "hybrid k/2 raw + k/2 KVzip": {k: (f"{root}/{layouts}", _hybrid(k)) for k in BUDGETS},
+            "hybrid, per-head budgets": {k: (f"{root}/{layouts}", _hybrid(k, " per-head")) for k in BUDGETS},
+            "gists over the reader": {k: (f"{root}/{gists[k]}", f"gist k={k}") for k in BUDGETS},
+        },
+    )
+
+
+SOURCES: dict[str, Panel] = {
     "base reader, judged lists": (
         "ap89-judged-20-dev-24-gpu",
         {
@@ -83,43 +102,11 @@ SOURCES: dict[str, tuple[str, dict[str, dict[int, tuple[str, str]]]]] = {
             "48 raw + 16 gists, trained": {64: ("ap89-bm25-20-dev-24-hybrid-t48-k16-es", "gist t=48 k=16")},
         },
     ),
-    "LoRA teacher, judged lists": (
-        "ap89-judged-20-dev-24-teacher",
-        {
-            "prefix caching": {
-                k: ("ap89-judged-20-dev-24-teacher", f"prefix {k} · select k={k}") for k in BUDGETS
-            },
-            "SnapKV": {k: ("ap89-judged-20-dev-24-teacher", f"select k={k}") for k in BUDGETS},
-            "KVzip": {k: ("ap89-judged-20-dev-24-teacher/hybrid", f"select kvzip k={k}") for k in BUDGETS},
-            "hybrid k/2 raw + k/2 KVzip": {
-                k: ("ap89-judged-20-dev-24-teacher/hybrid", _hybrid(k)) for k in BUDGETS
-            },
-            "hybrid, per-head budgets": {
-                k: ("ap89-judged-20-dev-24-teacher/hybrid", _hybrid(k, " per-head")) for k in BUDGETS
-            },
-            "gists over the reader": {
-                k: ("ap89-judged-20-dev-24-teacher/gists-k16-k32", f"gist k={k}") for k in BUDGETS
-            },
-        },
+    "LoRA teacher, judged lists": _teacher_panel(
+        "ap89-judged-20-dev-24-teacher", "hybrid", {k: "gists-k16-k32" for k in BUDGETS}
     ),
-    "LoRA teacher, BM25's top 20": (
-        "ap89-bm25-20-dev-24-teacher",
-        {
-            "prefix caching": {
-                k: ("ap89-bm25-20-dev-24-teacher", f"prefix {k} · select k={k}") for k in BUDGETS
-            },
-            "SnapKV": {k: ("ap89-bm25-20-dev-24-teacher", f"select k={k}") for k in BUDGETS},
-            "KVzip": {k: ("ap89-bm25-20-dev-24-teacher/kvzip", f"select kvzip k={k}") for k in BUDGETS},
-            "hybrid k/2 raw + k/2 KVzip": {
-                k: ("ap89-bm25-20-dev-24-teacher/kvzip", _hybrid(k)) for k in BUDGETS
-            },
-            "hybrid, per-head budgets": {
-                k: ("ap89-bm25-20-dev-24-teacher/kvzip", _hybrid(k, " per-head")) for k in BUDGETS
-            },
-            "gists over the reader": {
-                k: ("ap89-bm25-20-dev-24-teacher/gists", f"gist k={k}") for k in BUDGETS
-            },
-        },
+    "LoRA teacher, BM25's top 20": _teacher_panel(
+        "ap89-bm25-20-dev-24-teacher", "kvzip", {k: "gists" for k in BUDGETS}
     ),
 }
 # the default, prefix 64 on the base, on each list kind: the level every system is compared with
@@ -131,37 +118,31 @@ GOAL = 0.90  # the issue's goal for recall@10 vs the reader at ≤ 64 positions
 STYLE = {"marker": "o", "ms": 4, "lw": 1.2}
 
 
-def _read(folder: str, cache: dict[str, EvalResult]) -> EvalResult:
-    if folder not in cache:
-        cache[folder] = EvalResult.read(HERE / folder)
-    return cache[folder]
+@functools.cache
+def _read(folder: str) -> EvalResult:
+    return EvalResult.read(HERE / folder)
 
 
-def _mean(
-    folder: str, system: str, metric: str, topics: frozenset[str], cache: dict[str, EvalResult]
-) -> float:
+def _mean(folder: str, system: str, metric: str, topics: frozenset[str]) -> float:
     """`system`'s mean `metric` over `topics`, from `folder`'s per-topic records."""
-    values = [
-        r.metrics[metric] for r in _read(folder, cache).records if r.system == system and r.query_id in topics
-    ]
+    values = [r.metrics[metric] for r in _read(folder).records if r.system == system and r.query_id in topics]
     if len(values) != len(topics):
         raise KeyError(f"{folder}/results.json has {len(values)} of {len(topics)} topics for {system!r}")
     return sum(values) / len(values)
 
 
 def main() -> None:
-    cache: dict[str, EvalResult] = {}
     families = list(SOURCES["base reader, judged lists"][1])
     colors = dict(zip(families, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
     fig, axes = plt.subplots(2, len(SOURCES), figsize=(4.2 * len(SOURCES), 7.6), sharex=True)
     rows = ["| panel | system | 16 | 32 | 64 |", "|---|---|---|---|---|"]
     for col, (panel, (levels, panel_families)) in enumerate(SOURCES.items()):
-        topics = frozenset(r.query_id for r in _read(levels, cache).records if r.system == "teacher")
+        topics = frozenset(r.query_id for r in _read(levels).records if r.system == "teacher")
         for row, (metric, label) in enumerate((("ndcg@10", "nDCG@10"), ("recall@10", "recall@10 vs reader"))):
             ax = axes[row][col]
             for name, family in panel_families.items():
                 ks = sorted(family)
-                ys = [_mean(*family[k], metric, topics, cache) for k in ks]
+                ys = [_mean(*family[k], metric, topics) for k in ks]
                 style = STYLE if len(ks) > 1 else {"marker": "D", "ms": 7}  # a lone point stands out
                 ax.plot(ks, ys, color=colors[name], label=name, **style)
                 if metric == "ndcg@10":
@@ -170,16 +151,16 @@ def main() -> None:
                         f"| {panel} | {name} | " + " | ".join(cells.get(k, "–") for k in BUDGETS) + " |"
                     )
             if metric == "ndcg@10":
-                reader = _mean(levels, "teacher", metric, topics, cache)
+                reader = _mean(levels, "teacher", metric, topics)
                 ax.axhline(reader, color="black", ls="-.", lw=1, label="reader, whole article")
-                default = _mean(*DEFAULT["judged" if "judged" in panel else "BM25"], metric, topics, cache)
+                default = _mean(*DEFAULT["judged" if "judged" in panel else "BM25"], metric, topics)
                 ax.plot(
                     [64], [default], "*", color="crimson", ms=12, label="the default (prefix 64 on the base)"
                 )
             else:
                 ax.axhline(GOAL, color="crimson", ls="-", lw=1, label="the goal: recall@10 vs reader 0.90")
             for name, style in (("bm25", "--"), ("no item", ":")):
-                level = _mean(levels, name, metric, topics, cache)
+                level = _mean(levels, name, metric, topics)
                 ax.axhline(level, color="gray", ls=style, lw=1, label="BM25" if name == "bm25" else name)
             ax.set_xscale("log", base=2)
             ax.set_xticks(BUDGETS, [f"{k}\n{k * KIB_PER_POSITION:,.0f} KiB" for k in BUDGETS])
