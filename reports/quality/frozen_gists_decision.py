@@ -36,9 +36,9 @@ def _hybrid(k: int, per_head: str = "") -> str:
 Panel = tuple[str, dict[str, dict[int, tuple[str, str]]]]  # (first source: the levels, family → k → source)
 
 
-def _teacher_panel(root: str, layouts: str, gists: dict[int, str]) -> Panel:
+def _teacher_panel(root: str, layouts: str, gists: str) -> Panel:
     """The teacher's panels share one shape: prefix caching and SnapKV from `root`'s evaluation, every
-    KVzip layout from its `layouts` folder, the gists from its `gists[k]` folders."""
+    KVzip layout from its `layouts` folder, the gists at every budget from its `gists` folder."""
     return (
         root,
         {
@@ -47,7 +47,7 @@ def _teacher_panel(root: str, layouts: str, gists: dict[int, str]) -> Panel:
             "KVzip": {k: (f"{root}/{layouts}", f"select kvzip k={k}") for k in BUDGETS},
             "hybrid k/2 raw + k/2 KVzip": {k: (f"{root}/{layouts}", _hybrid(k)) for k in BUDGETS},
             "hybrid, per-head budgets": {k: (f"{root}/{layouts}", _hybrid(k, " per-head")) for k in BUDGETS},
-            "gists over the reader": {k: (f"{root}/{gists[k]}", f"gist k={k}") for k in BUDGETS},
+            "gists over the reader": {k: (f"{root}/{gists}", f"gist k={k}") for k in BUDGETS},
         },
     )
 
@@ -102,12 +102,8 @@ SOURCES: dict[str, Panel] = {
             "48 raw + 16 gists, trained": {64: ("ap89-bm25-20-dev-24-hybrid-t48-k16-es", "gist t=48 k=16")},
         },
     ),
-    "LoRA teacher, judged lists": _teacher_panel(
-        "ap89-judged-20-dev-24-teacher", "hybrid", {k: "gists-k16-k32" for k in BUDGETS}
-    ),
-    "LoRA teacher, BM25's top 20": _teacher_panel(
-        "ap89-bm25-20-dev-24-teacher", "kvzip", {k: "gists" for k in BUDGETS}
-    ),
+    "LoRA teacher, judged lists": _teacher_panel("ap89-judged-20-dev-24-teacher", "hybrid", "gists-k16-k32"),
+    "LoRA teacher, BM25's top 20": _teacher_panel("ap89-bm25-20-dev-24-teacher", "kvzip", "gists"),
 }
 # the default, prefix 64 on the base, on each list kind: the level every system is compared with
 DEFAULT = {
