@@ -2,9 +2,10 @@
 # The plain gists at 16, 32 and 64 positions trained over the LoRA teacher on judged lists of train topics
 # (../ap89-judged-20-dev-24-teacher/gists-k16-k32.sh and gists.sh, run first when their checkpoints are
 # missing) read on the lists a cascade reranks: BM25's top 20 for 24 AP89 dev topics, unjudged articles
-# counted non-relevant. The reference is the teacher's whole-article read; it, BM25 and no item are read back from
-# run.sh's run files (run first when missing), beside prefix caching at 16 / 32 / 64 on the teacher's
-# body. Untrained starts are not read (--no-untrained-control). fp32, the teacher's dtype (~65 min).
+# counted non-relevant. The reference is the teacher's whole-article read; it, BM25 and no item are
+# read back from run.sh's run files (run first when missing), beside prefix caching at 16 / 32 / 64 on
+# the teacher's body. Untrained starts are not read (--no-untrained-control). fp32, the teacher's dtype
+# (~60 min: 43 for the 16 and 32 gists, 17 for the 64).
 # Writes gists/ beside this script.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
