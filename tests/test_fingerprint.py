@@ -45,10 +45,15 @@ def test_checkpoint_restores_weights(checkpoint: Path, tiny_base: Path) -> None:
     torch.testing.assert_close(loaded.gist_embeddings, fresh.gist_embeddings + 0.5)
 
 
-@pytest.mark.parametrize("part", ["gist_embeddings", "score_embedding", "head", "base"])
-def test_fingerprint_changes_with_any_weight(checkpoint: Path, part: str) -> None:
+@pytest.mark.parametrize(
+    ("part", "store_changes"),
+    [("gist_embeddings", True), ("base", True), ("score_embedding", False), ("head", False)],
+)
+def test_fingerprint_changes_with_any_weight(checkpoint: Path, part: str, store_changes: bool) -> None:
+    """Every weight changes the whole model's fingerprint; only those a stored unit depends on change the
+    store's (the score token and head act on query rows only)."""
     model = GistReranker.from_pretrained(checkpoint, device="cpu")
-    before = model.fingerprint
+    store, reader = model.fingerprint, model.reader_fingerprint
     tensor = {
         "gist_embeddings": model.gist_embeddings,
         "score_embedding": model.score_embedding,
@@ -57,21 +62,31 @@ def test_fingerprint_changes_with_any_weight(checkpoint: Path, part: str) -> Non
     }[part]
     with torch.no_grad():
         tensor[0, 0] += 1e-3
-    assert model.fingerprint != before
+    assert model.reader_fingerprint != reader
+    assert (model.fingerprint != store) == store_changes
 
 
-def test_fingerprint_changes_with_gist_config(tiny_base: Path) -> None:
-    a = GistReranker.from_pretrained(tiny_base, FP32, device="cpu")
-    b = GistReranker.from_pretrained(
-        tiny_base, FP32.model_copy(update={"max_query_tokens": 32}), device="cpu"
-    )
-    assert a.fingerprint != b.fingerprint
-    likelihood = GistReranker.from_pretrained(
-        tiny_base,
-        FP32.model_copy(update=template_for("query_likelihood") | {"score_rule": "query_likelihood"}),
-        device="cpu",
-    )
-    assert likelihood.fingerprint not in (a.fingerprint, b.fingerprint)
+@pytest.mark.parametrize(
+    ("compressor", "setting", "store_changes"),
+    [
+        ("gist", {"max_item_tokens": 32}, True),
+        ("gist", {"max_query_tokens": 32}, False),
+        ("gist", {"reader_adapter_rank": 2}, False),
+        ("prefix", {"query_template": "\nAsked: {query}\nRelevant:"}, False),
+        ("select", {"query_template": "\nAsked: {query}\nRelevant:"}, True),  # the lead-in observes
+        ("gist", template_for("query_likelihood") | {"score_rule": "query_likelihood"}, False),
+    ],
+)
+def test_fingerprint_changes_with_gist_config(
+    tiny_base: Path, compressor: str, setting: dict, store_changes: bool
+) -> None:
+    """Every setting changes the whole model's fingerprint; reading settings leave the store's as it is,
+    unless the compressor's own forward reads them."""
+    config = FP32.model_copy(update={"compressor": compressor})
+    a = GistReranker.from_pretrained(tiny_base, config, device="cpu")
+    b = a.with_gist_config(GistConfig(**(config.model_dump() | setting)), keep_gists=True)
+    assert a.reader_fingerprint != b.reader_fingerprint
+    assert (a.fingerprint != b.fingerprint) == store_changes
 
 
 def test_foreign_kv_is_refused(checkpoint: Path, tiny_base: Path) -> None:
@@ -166,7 +181,7 @@ def test_removed_config_fields_migrate_at_their_old_default(checkpoint: Path, tm
         (copy / "gistrank.json").write_text(json.dumps(meta))
         if ok:
             loaded = GistReranker.from_pretrained(copy, device="cpu")
-            assert loaded.fingerprint == meta["fingerprint"]
+            assert loaded.reader_fingerprint == meta["fingerprint"]
         else:
             with pytest.raises(ValueError, match=r"gist_read_bias.*commit faba5cc"):
                 GistReranker.from_pretrained(copy, device="cpu")

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 DType = Literal["float32", "bfloat16", "float16"]
 ScoreRule = Literal["head", "query_likelihood"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
+# settings that only change how the query reads a stored unit, never the unit (GistConfig.store_settings)
+READING_FIELDS = ("score_rule", "query_template", "max_query_tokens", "reader_adapter_rank")
 # query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
 
@@ -67,6 +69,13 @@ class GistConfig(BaseModel):
         ge=0,
         description="gist: rank of the residual adapter that acts at gist rows only (core/gist_adapter.py); "
         "0 = none, the gists are read by the body exactly as it reads any token",
+    )
+    reader_adapter_rank: int = Field(
+        0,
+        ge=0,
+        description="reader: rank of the low-rank adapters on every attention and MLP projection that act "
+        "at query rows only (core/reader_adapter.py); they never touch an item row, so the stored K/V is "
+        "the same with or without them; 0 = none, the query is read by the body as it is",
     )
     gist_pool_windows: bool = Field(
         False,
@@ -132,6 +141,16 @@ class GistConfig(BaseModel):
         """(k, t, pooling windows): the shape of learned gists and what each reads — trained gists are
         only read back under the same one."""
         return self.num_gist, self.keep_item_prefix, self.gist_pool_windows
+
+    @property
+    def store_settings(self) -> dict[str, object]:
+        """The settings a stored unit depends on: all but those that only say how the query reads it
+        (`READING_FIELDS`), unless this compressor's forward reads one (selection observes the item
+        with the query template's lead-in). Two configs that agree here write the same K/V."""
+        from reranker.core.compressors import compressor_for
+
+        kept = set(compressor_for(self.compressor).store_reads)
+        return {k: v for k, v in self.model_dump().items() if k not in READING_FIELDS or k in kept}
 
     @property
     def query_reading(self) -> dict[str, str]:

@@ -8,6 +8,8 @@ Parameters added to the base LM (all in `gist.safetensors` of a checkpoint):
     gist_embeddings  (k, D)  k distinct learned inputs appended after the item
     score_embedding  (1, D)  the final token whose last hidden state is scored
     head             D → 1   relevance logit
+    reader_adapter           low-rank adapters at query rows only (`reader_adapter_rank` > 0;
+                             `core/reader_adapter.py`): a trained reader over any store
 (with `score_rule="query_likelihood"` neither is used: the score is log p(query | gists) under the LM's
 own head, which an autoencoding stage has already taught to read gists — `tail_scores`)
 plus, when trained with `add_lora`, LoRA adapters on the body (`adapter/` of a checkpoint, peft format).
@@ -50,6 +52,7 @@ from reranker.core.errors import (
 )
 from reranker.core.gist_adapter import GistAdapter
 from reranker.core.kv import GistKV, Kept
+from reranker.core.reader_adapter import ReaderAdapter
 from reranker.core.weights import GistWeights
 
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
@@ -111,6 +114,11 @@ class GistReranker(GistWeights):
             if gist.gist_adapter_rank
             else None
         )
+        self.reader_adapter = (
+            ReaderAdapter(lm.get_decoder().layers, gist.reader_adapter_rank, dtype, lm.device)
+            if gist.reader_adapter_rank
+            else None
+        )
         g = torch.Generator().manual_seed(_INIT_SEED + 1)
         self.score_embedding = nn.Parameter(self._mean_plus_noise(lm, 1, g))  # (1, D)
         self.head = nn.Linear(hidden, 1, device=lm.device, dtype=dtype)
@@ -118,6 +126,7 @@ class GistReranker(GistWeights):
             self.head.weight.copy_(torch.randn(1, hidden, generator=g) / hidden**0.5)
             self.head.bias.zero_()
         self._fingerprint: tuple[int, str] | None = None
+        self._reader_fingerprint: tuple[int, str] | None = None
 
     @staticmethod
     def _mean_plus_noise(lm: nn.Module, n: int, g: torch.Generator) -> torch.Tensor:
@@ -151,6 +160,8 @@ class GistReranker(GistWeights):
         with torch.no_grad():
             other.score_embedding.copy_(self.score_embedding)
             other.head.load_state_dict(self.head.state_dict())
+            if self.reader_adapter is not None and gist.reader_adapter_rank == self.gist.reader_adapter_rank:
+                other.reader_adapter.load_state_dict(self.reader_adapter.state_dict())  # the same reader
             if keep_gists:
                 other.gist_embeddings.copy_(self.gist_embeddings)
                 if self.gist_adapter is not None:  # same rank (checked above): both have one
@@ -256,19 +267,27 @@ class GistReranker(GistWeights):
             return nullcontext()
         return self.gist_adapter.on_rows(self.decoder().layers, rows)
 
+    def reader_adapted(self, rows: torch.Tensor | None = None) -> AbstractContextManager:
+        """Within the block, forwards run the reader adapter at `rows` (bool (N, S); None: every row, as
+        online where only the query runs) — a no-op for a model without one (`core/reader_adapter.py`)."""
+        if self.reader_adapter is None:
+            return nullcontext()
+        return self.reader_adapter.on_rows(self.decoder().layers, rows)
+
     def gist_rows(self, item_lens: torch.Tensor, total: int) -> torch.Tensor:
         """The gist slots j … j+k-1 of rows laid out item + gists + … → bool (N, total)."""
         pos = torch.arange(total, device=item_lens.device)[None]
         return (pos >= item_lens[:, None]) & (pos < item_lens[:, None] + self.gist.num_gist)
 
     def forward_rows(
-        self, rows: list[torch.Tensor], item_lens: torch.Tensor | None, **outputs: bool
+        self, rows: list[torch.Tensor], item_lens: torch.Tensor | None, tail_len: int = 0, **outputs: bool
     ) -> tuple[BaseModelOutputWithPast, torch.Tensor]:
         """Right-pad rows of embeddings and run the decoder → (its output, seq_lens (N,)).
 
         rows: N tensors (S_i, D). item_lens None: plain causal (full context); else (N,) item token
-        counts j of rows laid out item + gists + tail, under the gist mask. `outputs`: extra decoder
-        outputs (output_hidden_states, output_attentions) for diagnostics."""
+        counts j of rows laid out item + gists + tail, under the gist mask. `tail_len`: ℓ, the query's
+        rows at the end of every row, where the reader adapter acts (as it does online). `outputs`:
+        extra decoder outputs (output_hidden_states, output_attentions) for diagnostics."""
         seq_lens = torch.tensor([r.shape[0] for r in rows], device=self.device)
         total = int(seq_lens.max())
         embeds = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # (N, S, D); pad never attended
@@ -281,7 +300,9 @@ class GistReranker(GistWeights):
             allowed = layout.training_mask(item_lens, k, seq_lens, total, t, windows)  # (N, S, S)
         mask = layout.additive(allowed, self.dtype)  # (N, 1, S, S)
         adapted = nullcontext() if item_lens is None else self.gists_adapted(self.gist_rows(item_lens, total))
-        with adapted:
+        pos = torch.arange(total, device=self.device)[None]
+        query_rows = (pos >= seq_lens[:, None] - tail_len) & (pos < seq_lens[:, None])  # (N, S)
+        with adapted, self.reader_adapted(query_rows):
             out = self.decoder()(inputs_embeds=embeds, position_ids=positions, attention_mask=mask, **outputs)
         return out, seq_lens
 
@@ -334,8 +355,9 @@ class GistReranker(GistWeights):
     def _score_rows(self, query: str, item_ids: list[list[int]], full: bool) -> torch.Tensor:
         rows, item_ids, q = self._rows(query, item_ids, full)
         with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            out, seq_lens = self.forward_rows(rows, None if full else self.token_counts(item_ids))
-            tail = self.tails(out.last_hidden_state, seq_lens, q.embeds.shape[0])  # (N, ℓ, D)
+            ell = q.embeds.shape[0]
+            out, seq_lens = self.forward_rows(rows, None if full else self.token_counts(item_ids), ell)
+            tail = self.tails(out.last_hidden_state, seq_lens, ell)  # (N, ℓ, D)
             return self.tail_scores(tail, q.targets)
 
     def score_masked(self, query: str, items: Sequence[str]) -> torch.Tensor:
@@ -574,7 +596,7 @@ class GistReranker(GistWeights):
             group = self.lm.config.num_attention_heads // self.num_kv_heads
             masks = [layout.additive(a.repeat_interleave(group, 1), self.dtype) for a in allowed.unbind(1)]
             per_layer = self.layer_masks(masks)
-        with per_layer:
+        with per_layer, self.reader_adapted():
             result = self.decoder()(
                 inputs_embeds=q.embeds.expand(n, -1, -1),  # (N, ℓ, D)
                 position_ids=positions,

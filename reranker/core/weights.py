@@ -55,7 +55,10 @@ _LATER_FIELDS = {
     "select_scorer": "snapkv",
     "gist_pool_windows": False,
     "select_head_budget": "uniform",
+    "reader_adapter_rank": 0,
 }
+# what only the query reads (`ReaderAdapter`, head, score token): outside the store's fingerprint
+_READER_TENSORS = ("reader_adapter.", "head.", "score_embedding")
 # GistConfig fields removed since format 1 (experiments that did not help; last commit with them: faba5cc):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused
 _REMOVED_FIELDS = {"gist_read_bias": 0.0}
@@ -88,6 +91,7 @@ class GistWeights(nn.Module):
     score_embedding: nn.Parameter
     head: nn.Linear
     _fingerprint: tuple[int, str] | None
+    _reader_fingerprint: tuple[int, str] | None
 
     # ----------------------------------------------------------------------------------- loading
     @classmethod
@@ -126,9 +130,9 @@ class GistWeights(nn.Module):
         if (Path(base) / ADAPTER_DIR).is_dir():
             model.lm = PeftModel.from_pretrained(model.lm, Path(base) / ADAPTER_DIR).eval()
         model._load_gist_state(load_file(Path(base) / GIST_WEIGHTS_FILE, device=str(device)))
-        if meta.get("fingerprint") not in (None, model.fingerprint):
+        if meta.get("fingerprint") not in (None, model.reader_fingerprint):
             raise ValueError(
-                f"{base}: loaded weights have fingerprint {model.fingerprint}, the checkpoint was "
+                f"{base}: loaded weights have fingerprint {model.reader_fingerprint}, the checkpoint was "
                 f"saved as {meta['fingerprint']} — the base behind {base_ref!r} is not the one it was "
                 "trained on"
             )
@@ -187,9 +191,10 @@ class GistWeights(nn.Module):
         target = getattr(torch, compute_dtype_for(self.gist.dtype, compute_dtype, self.device))
         if target == self.dtype:
             return self
-        fingerprint = self.fingerprint
+        fingerprints = self.fingerprint, self.reader_fingerprint
         self.to(target)
-        self._fingerprint = (self._version_sum(), fingerprint)
+        version = self._version_sum()
+        self._fingerprint, self._reader_fingerprint = ((version, f) for f in fingerprints)
         return self
 
     # ------------------------------------------------------------------------------------- LoRA
@@ -205,7 +210,9 @@ class GistWeights(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.lm = get_peft_model(self.lm, config)
-        self._fingerprint = None  # the parameter set changed; version sums alone could collide
+        self._fingerprint = self._reader_fingerprint = (
+            None  # the parameter set changed; versions could collide
+        )
 
     # ----------------------------------------------------------------------------------- saving
     def save_pretrained(self, directory: str | Path, store_base: bool = False) -> Path:
@@ -217,7 +224,7 @@ class GistWeights(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         storage = self.gist.torch_dtype
         state = {n: t.detach().to(storage).contiguous().cpu() for n, t in self._gist_state().items()}
-        save_file(state, directory / GIST_WEIGHTS_FILE, metadata={"fingerprint": self.fingerprint})
+        save_file(state, directory / GIST_WEIGHTS_FILE, metadata={"fingerprint": self.reader_fingerprint})
         if self.has_lora:
             # name the base as this checkpoint does (not a machine's cache path); embeddings are never
             # adapted, and saying so keeps peft from looking the base up on the Hub; peft's generated
@@ -234,7 +241,8 @@ class GistWeights(nn.Module):
             "base": self.base_ref,
             "base_stored": store_base,
             "gist": self.gist.model_dump(),
-            "fingerprint": self.fingerprint,
+            "fingerprint": self.reader_fingerprint,  # the whole model's: checked at load
+            "store_fingerprint": self.fingerprint,  # what its stored units are stamped with
         }
         (directory / CHECKPOINT_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return directory
@@ -258,6 +266,8 @@ class GistWeights(nn.Module):
         }
         if self.gist_adapter is not None:
             state |= {"gist_adapter.down": self.gist_adapter.down, "gist_adapter.up": self.gist_adapter.up}
+        if self.reader_adapter is not None:
+            state |= {f"reader_adapter.{n}": t for n, t in self.reader_adapter.named_parameters()}
         return state
 
     def _load_gist_state(self, state: dict[str, torch.Tensor]) -> None:
@@ -276,30 +286,51 @@ class GistWeights(nn.Module):
 
     @property
     def fingerprint(self) -> str:
-        """blake2b over base weights, gist embeddings, head and gist config, in the storage dtype.
-
-        Recomputed whenever any parameter was modified in place (optimizer steps bump tensor
-        versions), so K/V compressed before a training step can never pass as current.
+        """The store's fingerprint: blake2b over every weight and setting a stored unit depends on — the
+        body, gists and gist adapter, `GistConfig.store_settings` — in the storage dtype. Stamped on
+        every stored unit and naming the Feast view: units are valid exactly for the models that share
+        it, and a reader retrained on query rows only (`reader_adapter`, head, score rule, template)
+        keeps it, so it reads the same store. Recomputed whenever a parameter was modified in place
+        (optimizer steps bump tensor versions), so K/V compressed before a step never passes as current.
         """
         version = self._version_sum()
         if self._fingerprint is None or self._fingerprint[0] != version:
-            h = hashlib.blake2b(digest_size=16)
-            unset = {name for name, value in _LATER_FIELDS.items() if getattr(self.gist, name) == value}
-            h.update(self.gist.model_dump_json(exclude=unset).encode())
-            seen: set[int] = set()
-            for name, t in sorted(self.state_dict(keep_vars=True).items()):
-                if t.data_ptr() in seen:  # tied weights (embeddings / lm_head) hash once
-                    continue
-                seen.add(t.data_ptr())
-                if t.is_floating_point() and ".lora_" not in name:
-                    # as saved: a model computing wider than it stores hashes what save_pretrained
-                    # writes (peft keeps adapters in fp32 under a bf16 body, so they hash as they are)
-                    t = t.detach().to(self.gist.torch_dtype)
-                h.update(name.encode())
-                h.update(str(t.dtype).encode())
-                h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
-            self._fingerprint = (version, h.hexdigest())
+            settings = self.gist.store_settings
+            unset = {n for n, default in _LATER_FIELDS.items() if n in settings and settings[n] == default}
+            config = json.dumps({k: v for k, v in settings.items() if k not in unset}, sort_keys=True)
+            self._fingerprint = (version, self._digest(config, reader=False))
         return self._fingerprint[1]
+
+    @property
+    def reader_fingerprint(self) -> str:
+        """The whole model's fingerprint — store and reader: every weight and every setting. What a
+        score was read with (evaluation caches, shadow comparisons) and what a checkpoint is checked
+        against at load. Equal to the single fingerprint of models saved before the split."""
+        version = self._version_sum()
+        if self._reader_fingerprint is None or self._reader_fingerprint[0] != version:
+            unset = {name for name, value in _LATER_FIELDS.items() if getattr(self.gist, name) == value}
+            config = self.gist.model_dump_json(exclude=unset)
+            self._reader_fingerprint = (version, self._digest(config, reader=True))
+        return self._reader_fingerprint[1]
+
+    def _digest(self, config: str, reader: bool) -> str:
+        """blake2b of `config` and the weights (those only the query reads too when `reader`), each
+        as saved: in the storage dtype."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(config.encode())
+        seen: set[int] = set()
+        for name, t in sorted(self.state_dict(keep_vars=True).items()):
+            if t.data_ptr() in seen or (not reader and name.startswith(_READER_TENSORS)):
+                continue  # tied weights (embeddings / lm_head) hash once
+            seen.add(t.data_ptr())
+            if t.is_floating_point() and ".lora_" not in name:
+                # as saved: a model computing wider than it stores hashes what save_pretrained
+                # writes (peft keeps adapters in fp32 under a bf16 body, so they hash as they are)
+                t = t.detach().to(self.gist.torch_dtype)
+            h.update(name.encode())
+            h.update(str(t.dtype).encode())
+            h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
 
     @property
     def dtype(self) -> torch.dtype:

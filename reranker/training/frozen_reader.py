@@ -399,7 +399,7 @@ class FrozenGistTrainer:
     def _start_from(self, trained: GistReranker) -> None:
         """This run's student takes `trained`'s gists and adapter — refused unless `trained` reads
         with this reader's body and head, and has the student's gist layout and adapter rank."""
-        if trained.with_gist_config(self.reader.gist).fingerprint != self.reader.fingerprint:
+        if trained.with_gist_config(self.reader.gist).reader_fingerprint != self.reader.reader_fingerprint:
             raise ValueError(
                 f"init_from {self.cfg.init_from} was trained over another reader than {self.cfg.reader}"
             )

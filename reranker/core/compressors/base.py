@@ -43,6 +43,10 @@ class Compressor(ABC):
     # GistConfig settings that only this compressor reads (a model reference naming another one refuses them)
     settings: ClassVar[tuple[str, ...]] = ()
 
+    # reading settings (config.READING_FIELDS) that this compressor's forward reads all the same: they
+    # change its stored K/V, so they belong to the store's fingerprint
+    store_reads: ClassVar[tuple[str, ...]] = ()
+
     # the settings whose values one compression pass can serve several of (a training-free sweep over
     # budgets, hybrid prefixes, per-head shares): the item's forward does not depend on them
     sweepable: ClassVar[tuple[str, ...]] = ()

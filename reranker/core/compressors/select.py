@@ -224,13 +224,15 @@ def selected_mask_scores(
         masks.append(layout.additive(allowed, model.dtype))
 
     with torch.inference_mode(), model.layer_masks(masks):
-        out, seq_lens = model.forward_rows(rows, None)
-        return model.tail_scores(model.tails(out.last_hidden_state, seq_lens, q.embeds.shape[0]), q.targets)
+        ell = q.embeds.shape[0]
+        out, seq_lens = model.forward_rows(rows, None, ell)
+        return model.tail_scores(model.tails(out.last_hidden_state, seq_lens, ell), q.targets)
 
 
 class SelectCompressor(Compressor):
     name = "select"
     settings = ("select_scorer", "select_window", "select_pool", "select_head_budget")
+    store_reads = ("query_template",)  # the template's lead-in observes the item (observation_suffix)
     sweepable = ("num_gist", "keep_item_prefix", "select_head_budget")
 
     @torch.inference_mode()
