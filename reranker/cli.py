@@ -214,8 +214,8 @@ def bench_training(
     workdir: Annotated[Path, typer.Option(help="the two runs' folders")] = HOME / "bench-training",
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_training.json",
 ) -> None:
-    """Gist training pairs per CPU-second: back-propagating through every item position (LoRA body)
-    vs gists over a frozen reader's cached item K/V, same lists, side by side."""
+    """Training pairs per CPU-second: back-propagating through every item position (LoRA body) vs gists
+    over a frozen reader's cached item K/V vs a reader adapter over stored units, same lists, side by side."""
     from reranker.bench.training import run_training_bench
 
     run_training_bench(
@@ -549,6 +549,104 @@ def train_gists(
         f"item K/V: {trainer.items.computed} items computed, {trainer.fill_seconds:.0f} s before the "
         f"first step; {len(steps)} steps, {last}{rate:.1f} pairs per CPU-second; checkpoint "
         f"({kept}): {out / 'checkpoint'}"
+    )
+
+
+@app.command(name="train-reader")
+def train_reader(
+    out: Annotated[
+        Path, typer.Option(file_okay=False, help="run folder: checkpoint/, curve.jsonl, config.json")
+    ],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="the store the reader reads: a preset, base or checkpoint with its stored-unit settings "
+            "(REF?compressor=…&num_gist=…); its units are never rewritten"
+        ),
+    ] = DEFAULT_MODEL,
+    data: Data = "synthetic",
+    objective: Annotated[
+        str, typer.Option(help="labels (list-wise CE) | distill (KL to the whole-item reader) | both")
+    ] = "both",
+    pseudo_lists: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="pseudo-query lists from the set's items (title or a sentence → the item, BM25 "
+            "neighbours as negatives): label-free, in domain",
+        ),
+    ] = 0,
+    judged: Annotated[
+        bool, typer.Option("--judged/--no-judged", help="train on the train split's judged lists")
+    ] = True,
+    rank: Annotated[int, typer.Option(min=1, help="reader adapter rank (every projection, query rows)")] = 8,
+    steps: Annotated[int, typer.Option(min=1)] = 200,
+    minutes: Annotated[float | None, typer.Option(min=0, help="stop after this much wall time")] = None,
+    max_queries: Annotated[int | None, typer.Option(min=1, help="the first N train queries only")] = None,
+    max_item_tokens: Annotated[
+        int | None, typer.Option(help="item tokens read (default: the store's)")
+    ] = None,
+    seed: int = 0,
+    products: Annotated[int, typer.Option(help="synthetic catalog size (product families)")] = 200,
+    init_from: Annotated[
+        str | None, typer.Option(help="continue from this reader checkpoint (same store, same rank)")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="JSON file of further ReaderTrainConfig fields"),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(file_okay=False, help="keep the stored units here (codec blobs) instead of in RAM"),
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda when present)")] = None,
+) -> None:
+    """Train the reader for the store: adapters at query rows only (and the head), over the store's
+    units computed once; the dev split (or --holdout-queries in --config) picks the step. The result reads
+    the same store: rolling it out rewrites nothing (reranker/training/reader_training.py)."""
+    from pydantic import ValidationError
+
+    from reranker.training.reader_training import ReaderTrainConfig, ReaderTrainer
+
+    relevance = _load_data(data, seed, products, max_item_tokens or 1024)
+    if max_queries:
+        kept = {q.query_id for q in relevance.split("train", max_queries).queries}
+        kept |= {q.query_id for q in relevance.queries if q.split != "train"}
+        relevance = relevance.model_copy(
+            update={"queries": [q for q in relevance.queries if q.query_id in kept]}
+        )
+    extra = json.loads(config.read_text()) if config else {}
+    try:
+        cfg = ReaderTrainConfig(
+            **{
+                "model": model,
+                "rank": rank,
+                "objective": objective,
+                "pseudo_lists": pseudo_lists,
+                "judged": judged,
+                "max_item_tokens": max_item_tokens,
+                "steps": steps,
+                "max_minutes": minutes,
+                "seed": seed,
+                "init_from": init_from,
+            }
+            | extra
+        )
+        trainer = ReaderTrainer(cfg, relevance, out, device, cache_dir)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise typer.BadParameter(problems) from err
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    curve = trainer.fit()
+    checks = [row for row in curve if "dev_ndcg@10" in row]
+    untrained = checks[0]["dev_ndcg@10"]
+    chosen = f"step {trainer.best[1]}, dev nDCG@10 {trainer.best[0]:.4f}, untrained {untrained:.4f}"
+    typer.echo(
+        f"{len(trainer.lists)} lists, stored units of {trainer.units.computed} items computed once in "
+        f"{trainer.fill_seconds:.0f} s; {trainer.step} steps, {trainer.pairs_per_cpu_s:.1f} pairs per "
+        f"CPU-second; checkpoint ({chosen}), store fingerprint {trainer.model.fingerprint} (unchanged): "
+        f"{out / 'checkpoint'}"
     )
 
 

@@ -6,6 +6,7 @@ Import as `from helpers import ...` (pytest puts tests/ on sys.path, as for tiny
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from reranker.catalog.events import ChangeEvent
 from reranker.core.kv import GistKV
 from reranker.core.model import QueryTail
 from reranker.core.render import render_item
+from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.store import LAST_USE_ID, GistRow, GistStore
 
@@ -184,3 +186,48 @@ def bytes_array(values: list[object]) -> np.ndarray:
 def unboxed(output: str) -> str:
     """A usage error's message without the box rich draws around it (and without spaces)."""
     return "".join(c for c in output if c not in "│ \n")
+
+
+def toy_set() -> RelevanceSet:
+    """16 items of distinct words, 8 train and 4 test queries with 6 candidates each."""
+    rng = random.Random(0)
+    words = [
+        "kettle",
+        "phone",
+        "laptop",
+        "camera",
+        "drill",
+        "blender",
+        "jacket",
+        "tent",
+        "lamp",
+        "chair",
+        "watch",
+        "guitar",
+        "bike",
+        "helmet",
+        "scarf",
+        "mixer",
+    ]
+    colours = ["red", "blue", "green", "black"]
+    items = {
+        f"i{n}": Item(
+            item_id=f"i{n}",
+            title=f"{colours[n % 4]} {w}",
+            description=f"A {colours[n % 4]} {w} made of steel. It ships in {n + 2} days. Sold by Acme.",
+        )
+        for n, w in enumerate(words)
+    }
+    queries, judgments = [], []
+    for q in range(12):
+        target = rng.randrange(16)
+        cands = [target, *rng.sample([i for i in range(16) if i != target], 5)]
+        queries.append(
+            Query(
+                query_id=f"q{q}",
+                text=f"{colours[target % 4]} {words[target]}",
+                split="train" if q < 8 else "test",
+            )
+        )
+        judgments += [Judgment(query_id=f"q{q}", item_id=f"i{i}", label=int(i == target)) for i in cands]
+    return RelevanceSet(items=items, queries=queries, judgments=judgments)

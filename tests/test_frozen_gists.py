@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ITEMS, QUERY, unboxed
+from helpers import ITEMS, QUERY, toy_set, unboxed
 
 from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
 from reranker.core.model import GistReranker
 from reranker.core.tiny_base import build_tiny_base
-from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
+from reranker.data.relevance_data import RelevanceSet
 from reranker.training.frozen_reader import (
     FrozenGistConfig,
     FrozenGistTrainer,
@@ -118,51 +118,6 @@ def reader_path(tiny_base: Path, tmp_path: Path) -> Path:
     ).save_pretrained(tmp_path / "reader")
 
 
-def _toy_set() -> RelevanceSet:
-    """16 items of distinct words, 8 train and 4 test queries with 6 candidates each."""
-    rng = random.Random(0)
-    words = [
-        "kettle",
-        "phone",
-        "laptop",
-        "camera",
-        "drill",
-        "blender",
-        "jacket",
-        "tent",
-        "lamp",
-        "chair",
-        "watch",
-        "guitar",
-        "bike",
-        "helmet",
-        "scarf",
-        "mixer",
-    ]
-    colours = ["red", "blue", "green", "black"]
-    items = {
-        f"i{n}": Item(
-            item_id=f"i{n}",
-            title=f"{colours[n % 4]} {w}",
-            description=f"A {colours[n % 4]} {w} made of steel. It ships in {n + 2} days. Sold by Acme.",
-        )
-        for n, w in enumerate(words)
-    }
-    queries, judgments = [], []
-    for q in range(12):
-        target = rng.randrange(16)
-        cands = [target, *rng.sample([i for i in range(16) if i != target], 5)]
-        queries.append(
-            Query(
-                query_id=f"q{q}",
-                text=f"{colours[target % 4]} {words[target]}",
-                split="train" if q < 8 else "test",
-            )
-        )
-        judgments += [Judgment(query_id=f"q{q}", item_id=f"i{i}", label=int(i == target)) for i in cands]
-    return RelevanceSet(items=items, queries=queries, judgments=judgments)
-
-
 def _mean_kl(model: GistReranker, reader: GistReranker, data: RelevanceSet) -> float:
     """Mean list-wise KL to the reader over the test split's lists, through the online path."""
     test, kls = data.split("test"), []
@@ -181,7 +136,7 @@ def _mean_kl(model: GistReranker, reader: GistReranker, data: RelevanceSet) -> f
 def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_weight(
     reader_path: Path, tmp_path: Path
 ) -> None:
-    data = _toy_set()
+    data = toy_set()
     cfg = FrozenGistConfig(
         reader=str(reader_path),
         num_gist=4,
@@ -231,7 +186,7 @@ def _mean_token_kl(trainer: FrozenGistTrainer, data: RelevanceSet) -> float:
 def test_the_per_token_kl_trains_a_likelihood_readers_gists_and_is_refused_for_a_head(
     tiny_base: Path, tmp_path: Path
 ) -> None:
-    data = _toy_set()
+    data = toy_set()
     ql = GistConfig(dtype="float32", max_item_tokens=64, **RULES["query_likelihood"])
     reader_path = GistReranker.from_pretrained(tiny_base, ql).save_pretrained(tmp_path / "ql")
     cfg = FrozenGistConfig(
@@ -262,10 +217,10 @@ def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(
     reader_path: Path, tmp_path: Path
 ) -> None:
     first = FrozenGistConfig(reader=str(reader_path), num_gist=4, adapter_rank=4, steps=3, lr=2e-2)
-    FrozenGistTrainer(first, _toy_set(), tmp_path / "first", device="cpu").fit(progress=False)
+    FrozenGistTrainer(first, toy_set(), tmp_path / "first", device="cpu").fit(progress=False)
     ckpt = GistReranker.from_pretrained(tmp_path / "first" / "checkpoint", device="cpu")
     again = first.model_copy(update={"init_from": str(tmp_path / "first" / "checkpoint")})
-    trainer = FrozenGistTrainer(again, _toy_set(), tmp_path / "again", device="cpu")
+    trainer = FrozenGistTrainer(again, toy_set(), tmp_path / "again", device="cpu")
     torch.testing.assert_close(trainer.model.gist_embeddings, ckpt.gist_embeddings, rtol=0, atol=0)
     torch.testing.assert_close(trainer.model.gist_adapter.up, ckpt.gist_adapter.up, rtol=0, atol=0)
     assert trainer.model.lm is trainer.reader.lm  # one body, the frozen reader's
@@ -274,9 +229,9 @@ def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(
         other_base, GistConfig(dtype="float32", max_item_tokens=64)
     ).save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="another reader"):
-        FrozenGistTrainer(again.model_copy(update={"reader": str(other)}), _toy_set(), tmp_path / "x")
+        FrozenGistTrainer(again.model_copy(update={"reader": str(other)}), toy_set(), tmp_path / "x")
     with pytest.raises(ValueError, match="k=4"):
-        FrozenGistTrainer(again.model_copy(update={"num_gist": 3}), _toy_set(), tmp_path / "y", device="cpu")
+        FrozenGistTrainer(again.model_copy(update={"num_gist": 3}), toy_set(), tmp_path / "y", device="cpu")
 
 
 def test_every_training_items_kv_is_computed_before_the_clock_starts(
@@ -288,25 +243,25 @@ def test_every_training_items_kv_is_computed_before_the_clock_starts(
     cfg = FrozenGistConfig(
         reader=str(reader_path), num_gist=4, adapter_rank=2, steps=2, candidates_per_list=3
     )
-    train = _toy_set().split("train")
+    train = toy_set().split("train")
     train_items = {i for q in train.queries for i, _ in train.candidates(q.query_id)}
     cache = tmp_path / "kv"
 
-    first = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "a", device="cpu", cache_dir=cache)
+    first = FrozenGistTrainer(cfg, toy_set(), tmp_path / "a", device="cpu", cache_dir=cache)
     curve = first.fit(progress=False)
     assert first.items.computed == len(train_items) and first.fill_seconds > 0
     assert [r["items_computed"] for r in curve] == [len(train_items)] * 2  # none within a step
     assert len(list(cache.glob("*/*.kv"))) == len(train_items)
 
-    again = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "b", device="cpu", cache_dir=cache)
+    again = FrozenGistTrainer(cfg, toy_set(), tmp_path / "b", device="cpu", cache_dir=cache)
     again.fit(progress=False)
     assert again.items.computed == 0  # read back from the folder
 
-    in_memory = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "m", device="cpu")  # room for them all
+    in_memory = FrozenGistTrainer(cfg, toy_set(), tmp_path / "m", device="cpu")  # room for them all
     curve = in_memory.fit(progress=False)
     assert [r["items_computed"] for r in curve] == [len(train_items)] * 2
 
-    small = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "c", device="cpu", memory_items=4)
+    small = FrozenGistTrainer(cfg, toy_set(), tmp_path / "c", device="cpu", memory_items=4)
     curve = small.fit(progress=False)
     assert small.fill_seconds == 0 and 0 < curve[0]["items_computed"] < len(train_items)
 
@@ -315,7 +270,7 @@ def test_early_stopping_keeps_the_gists_of_the_lowest_held_out_kl(reader_path: P
     """The last train queries are held out (never drawn); their lists' KL to the reader is checked every
     few steps, the checkpoint holds the gists of the lowest, and patience ends a run that stopped
     improving — here a learning rate too high, so the held-out KL rises again after its lowest."""
-    data = _toy_set()
+    data = toy_set()
     train_queries = [q.text for q in data.split("train").queries]
     cfg = FrozenGistConfig(
         reader=str(reader_path),
@@ -359,7 +314,7 @@ def test_held_out_pseudo_queries_are_fixed_and_average_into_the_held_out_kl(
     """Each held-out list is also asked fixed pseudo-queries (sentences of its own articles, the same in
     every run of a seed) without changing what the steps draw; the held-out KL is the mean over every
     (list, query) pair, nDCG is read on the lists' own queries."""
-    data = _toy_set()
+    data = toy_set()
     cfg = FrozenGistConfig(
         reader=str(reader_path), num_gist=4, adapter_rank=4, candidates_per_list=6, holdout_queries=2
     )
@@ -391,7 +346,7 @@ def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(reader_path: P
     """Where the step computes in bf16, an Adam step smaller than half a bf16 ulp would leave a bf16
     weight unchanged forever; the fp32 master keeps it, and the weight moves once the sum is large."""
     cfg = FrozenGistConfig(reader=str(reader_path), num_gist=4, adapter_rank=0, lr=1e-4)
-    trainer = FrozenGistTrainer(cfg, _toy_set(), tmp_path / "run", device="cpu")
+    trainer = FrozenGistTrainer(cfg, toy_set(), tmp_path / "run", device="cpu")
     gists = trainer.trained[0]
     gists.data = torch.full_like(gists.data, 0.5).bfloat16()  # bf16 ulp at 0.5: 2^-8 ≈ 0.0039
     trainer.master[0].copy_(gists.data.float())
@@ -472,10 +427,11 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     args += ["--steps", "1", "--workdir", str(tmp_path / "w"), "--out", str(bench)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    every, *frozen = json.loads(bench.read_text())["rows"]
+    every, *frozen, reader = json.loads(bench.read_text())["rows"]
     assert every["speedup"] == 1.0 and every["backprop_positions_per_pair"] == "42 + ℓ"  # j + k
     assert [r["backprop_positions_per_pair"] for r in frozen] == ["2 + ℓ", "2 + ℓ"]  # k
     for row in frozen:
         assert row["pairs"] > 0 and row["speedup"] == row["pairs_per_cpu_s"] / every["pairs_per_cpu_s"]
     assert frozen[1]["pairs"] > frozen[0]["pairs"]  # pseudo-queries: more pairs from the same lists
+    assert reader["backprop_positions_per_pair"] == "0 + ℓ" and reader["pairs"] > 0  # query rows only
     assert "pairs/CPU-s" in result.output

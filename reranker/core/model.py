@@ -82,6 +82,20 @@ class QueryTail(NamedTuple):
         return cls(*(x.repeat_interleave(repeats, 0) for x in (embeds, targets, lens)))
 
 
+class StackedUnits(NamedTuple):
+    """Stored units batched for `read_stored`: K/V (N, L, 2, H_kv, P + K, h), prefix lengths p (N,), tail
+    lengths s (N,) or (N, L, H_kv), query starts (N,)."""
+
+    stacked: torch.Tensor
+    prefix_lens: torch.Tensor
+    tail_lens: torch.Tensor
+    starts: torch.Tensor
+
+    def tiled(self, q: int) -> StackedUnits:
+        """Each unit once per query, query-major like `QueryTail.rows` (Q·N rows)."""
+        return StackedUnits(*(x.repeat(q, *([1] * (x.dim() - 1))) for x in self))
+
+
 class GistReranker(GistWeights):
     def __init__(
         self,
@@ -544,6 +558,10 @@ class GistReranker(GistWeights):
         """Online path: ONE forward of the query (+ score token) for all N candidates against their
         injected K/V → (N,) float32 scores. No item token and no placeholder is in the sequence."""
         self.check_kv(kvs)
+        return self.read_stored(self.query_tail(query), *self.stack_units(kvs))
+
+    def stack_units(self, kvs: Sequence[GistKV]) -> StackedUnits:
+        """Stored units as one batch for `read_stored` (padded columns are masked there)."""
         prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,) p
         if all(x.head_tails is None for x in kvs):
             tail_lens = torch.tensor([x.tail_slots for x in kvs], device=self.device)  # (N,) s
@@ -552,7 +570,7 @@ class GistReranker(GistWeights):
         p_slots, s_slots = int(prefix_lens.max()), max(x.slots - x.prefix_tokens for x in kvs)
         stacked = torch.stack([_pad(x, p_slots, s_slots) for x in kvs])  # (N, L, 2, H_kv, P+K, h)
         starts = torch.tensor([x.query_start for x in kvs], device=self.device)  # (N,)
-        return self.read_stored(self.query_tail(query), stacked, prefix_lens, tail_lens, starts)
+        return StackedUnits(stacked, prefix_lens, tail_lens, starts)
 
     def read_stored(
         self,

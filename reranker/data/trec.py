@@ -422,6 +422,16 @@ class _Bm25Index:
         return out
 
 
+def bm25_top(
+    docs: Mapping[str, str], queries: Mapping[str, str], depth: int, progress: bool = False
+) -> dict[str, list[str]]:
+    """Per query, the ids of its `depth` best BM25 documents among `docs` (id → text), best first."""
+    index = _Bm25Index()
+    for doc_id, text in docs.items():
+        index.add(doc_id, bm25_terms(text))
+    return index.top(queries, depth, progress)
+
+
 def _best(scores: np.ndarray, depth: int, docno: Callable[[int], str]) -> list[str]:
     order = np.lexsort((np.arange(len(scores)), -scores))[:depth]  # score descending, then position
     return [docno(int(i)) for i in order if scores[i] > 0]

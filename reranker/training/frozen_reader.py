@@ -154,24 +154,31 @@ class ItemKVCache:
         return out
 
     @torch.inference_mode()
-    def _compute(self, texts: list[str], batch_size: int = 4) -> None:
-        reader = self.reader
+    def _compute(self, texts: list[str]) -> None:
+        for text, unit in zip(texts, self.units(texts), strict=True):
+            self.held[text] = unit
+            if self.folder is not None:
+                self._path(text).write_bytes(kv_codec.encode(unit, self._key(text)))
+        self.computed += len(texts)
+
+    def units(self, texts: list[str], batch_size: int = 4) -> list[GistKV]:
+        """Each text's unit: every item column kept, the query right after them (prefix caching at
+        budget j)."""
+        reader, out = self.reader, []
         item_ids, truncated = reader.item_ids(texts)
         for start in range(0, len(texts), batch_size):
             batch = slice(start, start + batch_size)
             ids = item_ids[batch]
             rows = [reader.embed(i) for i in ids]
             kvs = reader.causal_kv(rows, [torch.arange(len(i), device=reader.device) for i in ids])
-            for text, i, kv, cut in zip(texts[batch], ids, kvs, truncated[batch], strict=True):
+            for i, kv, cut in zip(ids, kvs, truncated[batch], strict=True):
                 j = len(i)
-                # every item column kept, the query right after them: prefix caching at budget j
-                unit = GistKV(
-                    kv, self.fingerprint, "prefix", budget=j, item_tokens=j, query_start=j, truncated=cut
+                out.append(
+                    GistKV(
+                        kv, self.fingerprint, "prefix", budget=j, item_tokens=j, query_start=j, truncated=cut
+                    )
                 )
-                self.held[text] = unit
-                if self.folder is not None:
-                    self._path(text).write_bytes(kv_codec.encode(unit, self._key(text)))
-        self.computed += len(texts)
+        return out
 
     def fill(self, texts: Sequence[str], progress: bool = True, chunk: int = 16) -> None:
         """Compute every text's unit not yet held or on disk, `chunk` at a time (so that RAM holds at
