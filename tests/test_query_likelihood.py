@@ -75,7 +75,8 @@ def test_rule_changes_the_fingerprint_only_when_set(tiny_base: Path) -> None:
     ql = GistReranker.from_pretrained(
         tiny_base, GIST.model_copy(update={"score_rule": "query_likelihood"}), device="cpu"
     )
-    assert head.fingerprint == explicit.fingerprint != ql.fingerprint
+    assert head.reader_fingerprint == explicit.reader_fingerprint != ql.reader_fingerprint
+    assert head.fingerprint == ql.fingerprint  # the rule reads the stored units, it does not change them
 
 
 def test_rule_needs_a_lead_in_and_refuses_pointwise(tiny_base: Path) -> None:
