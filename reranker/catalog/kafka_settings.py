@@ -162,9 +162,10 @@ class BrokerUnreachableError(RuntimeError):
     """No bootstrap server completed a metadata request within `KafkaSettings.connect_timeout_s`."""
 
 
-class _LastFailure(logging.Handler):
-    """The last connection failure kafka-python logs while it retries: its bootstrap error only says that
-    time ran out, the log says why (refused, TLS handshake, SASL authentication)."""
+class _FirstFailure(logging.Handler):
+    """The first connection failure kafka-python logs while it retries: its bootstrap error only says that
+    time ran out, the log says why (refused, no answer, a closed connection). The first, because the last
+    is often a request the deadline cut short."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -174,20 +175,20 @@ class _LastFailure(logging.Handler):
         from kafka.errors import KafkaTimeoutError
 
         args = record.args if isinstance(record.args, tuple) else ()
-        for arg in args:
-            if isinstance(arg, BaseException) and not isinstance(arg, KafkaTimeoutError):
-                self.reason = " ".join(str(arg).split())
+        failures = [a for a in args if isinstance(a, BaseException) and not isinstance(a, KafkaTimeoutError)]
+        if self.reason is None and failures:
+            self.reason = " ".join(str(failures[0]).split())
 
 
 def check_reachable(settings: KafkaSettings) -> None:
     """Bootstrap an admin client as every client of these settings would (TCP, then TLS and SASL as
     configured, then a metadata request), giving up after `connect_timeout_s`. Commands call it before
-    they load a model or touch a store. Raises `BrokerUnreachableError` naming the servers and the last
+    they load a model or touch a store. Raises `BrokerUnreachableError` naming the servers and the first
     failure seen."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
-    failures = _LastFailure()
+    failures = _FirstFailure()
     kafka_log = logging.getLogger("kafka")
     kafka_log.addHandler(failures)
     try:
@@ -196,6 +197,10 @@ def check_reachable(settings: KafkaSettings) -> None:
         )
     except KafkaError as exc:
         reason = failures.reason or " ".join(str(exc).split())
+        if settings.security_protocol != "PLAINTEXT":  # the broker closes the connection on a bad login
+            reason += f"; {settings.security_protocol}"
+            reason += f" as {settings.sasl_username}" if settings.sasl_username else ""
+            reason += ": a refused login or TLS handshake fails the same way"
         raise BrokerUnreachableError(
             f"no Kafka broker answered at {settings.bootstrap_servers} within "
             f"{settings.connect_timeout_s:g} s ({reason})"
