@@ -139,7 +139,7 @@ def _kafka_logs(verbose: bool) -> None:
     if asked:
         logging.basicConfig(format=LOG_FORMAT)  # a no-op where the command configured logging already
     kafka_log = logging.getLogger("kafka")
-    kafka_log.setLevel(logging.WARNING)  # its INFO is per-connection chatter
+    kafka_log.setLevel(logging.WARNING)  # its INFO is per-connection chatter, its DEBUG shows SASL passwords
     kafka_log.propagate = asked
 
 
@@ -315,7 +315,7 @@ def consume(
     """Consume change events: compress changed items into the gist store; SIGTERM finishes the batch."""
     _configure_logging(verbose)
     settings = _settings(bootstrap_servers)
-    # a wrong name or option fails at once, a down broker in seconds, both before the model is loaded
+    # a misspelled model name fails at once (exit 2), a down broker in seconds (exit 1): before the load
     check_model_name(model)
     require_broker(settings, verbose)
     from streaming.consumer import ForeignGroupError, GistConsumer
