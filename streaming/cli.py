@@ -21,7 +21,12 @@ import typer
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # model names resolve offline (reranker.core.base_models)
 
 from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError
-from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
+from reranker.catalog.kafka_settings import (
+    BrokerUnreachableError,
+    KafkaSettings,
+    check_reachable,
+    ensure_topics,
+)
 from reranker.core.checkpoints import DEFAULT_MODEL
 
 if TYPE_CHECKING:
@@ -52,6 +57,7 @@ CatalogUrl = Annotated[str, typer.Option(help="SQLAlchemy URL of the catalog dat
 BootstrapServers = Annotated[
     str | None, typer.Option(help="host:port[,…]; overrides $GISTRANK_KAFKA_BOOTSTRAP_SERVERS")
 ]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="show the Kafka client's own log lines")]
 Partitions = Annotated[int, typer.Option(min=1, help="partitions of the change topic when this creates it")]
 CreateTopics = Annotated[
     bool, typer.Option(help="create missing topics first (needs the admin right to create topics)")
@@ -107,6 +113,53 @@ def _settings(bootstrap_servers: str | None) -> KafkaSettings:
         raise typer.BadParameter(f"Kafka settings: {exc}") from None
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def require_broker(settings: KafkaSettings, verbose: bool, how: str | None = None) -> None:
+    """A command's first use of Kafka, before it loads a model or touches a store: a broker that does not
+    answer within $GISTRANK_KAFKA_CONNECT_TIMEOUT_S is one line naming the servers, exit 1. `how`: what
+    sets the servers for this command."""
+    _kafka_logs(verbose)
+    try:
+        check_reachable(settings)
+    except BrokerUnreachableError as exc:
+        how = how or "--bootstrap-servers or $GISTRANK_KAFKA_BOOTSTRAP_SERVERS"
+        typer.echo(
+            f"error: {exc}; set the servers with {how}, the wait with $GISTRANK_KAFKA_CONNECT_TIMEOUT_S",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+
+
+def _kafka_logs(verbose: bool) -> None:
+    """kafka-python logs several lines a second while a broker is down; they reach the terminal only when
+    asked (-v or $GISTRANK_LOG_LEVEL): the command's own error line says what failed."""
+    asked = verbose or "GISTRANK_LOG_LEVEL" in os.environ
+    if asked:
+        logging.basicConfig(format=LOG_FORMAT)  # a no-op where the command configured logging already
+    kafka_log = logging.getLogger("kafka")
+    kafka_log.setLevel(logging.WARNING)  # its INFO is per-connection chatter, its DEBUG shows SASL passwords
+    kafka_log.propagate = asked
+
+
+def check_model_name(ref: str) -> None:
+    """A misspelled --model found without loading anything (torch included), so that it is a usage error
+    even though the broker is asked before the model is loaded: the name is a preset, a checkpoint, the
+    default base or a folder. Its reading settings are checked when the model is loaded."""
+    from reranker.core.base_models import DEFAULT_BASE, BaseModelUnavailableError, resolve_base
+    from reranker.core.checkpoints import PRESETS, is_checkpoint
+    from reranker.core.errors import one_line
+
+    name = ref.partition("?")[0]
+    if name in PRESETS or name == DEFAULT_BASE or is_checkpoint(name):
+        return
+    try:
+        resolve_base(name)  # a folder or, with the Hub allowed, a Hub id: looked up, not loaded
+    except BaseModelUnavailableError as exc:
+        raise typer.BadParameter(one_line(exc), param_hint="--model") from None
+
+
 def _load_model(
     ref: str,
     num_gist: int | None,
@@ -150,11 +203,11 @@ def _open_store(
     return store
 
 
-def _configure_logging() -> None:
-    """INFO for everything; $GISTRANK_LOG_LEVEL (e.g. DEBUG: each batch's offsets as it starts) for the
-    project's own loggers."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO is per-connection chatter
+def _configure_logging(verbose: bool) -> None:
+    """INFO for everything but kafka-python (`_kafka_logs`); $GISTRANK_LOG_LEVEL (e.g. DEBUG: each batch's
+    offsets as it starts) for the project's own loggers."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    _kafka_logs(verbose)
     level = os.environ.get("GISTRANK_LOG_LEVEL", "INFO").upper()
     if level not in logging.getLevelNamesMapping():
         raise typer.BadParameter(f"$GISTRANK_LOG_LEVEL={level!r} is not a logging level")
@@ -178,6 +231,7 @@ def publish(
     bootstrap_servers: BootstrapServers = None,
     partitions: Partitions = 3,
     create_topics: CreateTopics = True,
+    verbose: Verbose = False,
 ) -> None:
     """Publish change events (each item's current state, or a JSONL file) to the change topic."""
     from kafka.errors import KafkaError
@@ -197,6 +251,7 @@ def publish(
         except EventFileError as exc:
             raise typer.BadParameter(str(exc), param_hint="--file") from None
     settings = _settings(bootstrap_servers)
+    require_broker(settings, verbose)
     if create_topics:
         ensure_topics(settings, partitions)
     try:
@@ -255,13 +310,16 @@ def consume(
             "(rebalancing without partitions, or no records while behind on a partition)",
         ),
     ] = 60.0,
+    verbose: Verbose = False,
 ) -> None:
     """Consume change events: compress changed items into the gist store; SIGTERM finishes the batch."""
+    _configure_logging(verbose)
+    settings = _settings(bootstrap_servers)
+    # a misspelled model name fails at once (exit 2), a down broker in seconds (exit 1): before the load
+    check_model_name(model)
+    require_broker(settings, verbose)
     from streaming.consumer import ForeignGroupError, GistConsumer
 
-    _configure_logging()
-    settings = _settings(bootstrap_servers)
-    # the model and the store first: a wrong name or option fails at once, before any broker is asked
     gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
     store = _open_store(gist_model.fingerprint, feast_dir, online, redis_url, feast_config)
     if create_topics:
@@ -379,6 +437,7 @@ def catalog_update(
     publish_event: Annotated[bool, typer.Option("--publish/--no-publish", help="emit the event")] = True,
     catalog_url: CatalogUrl = DEFAULT_URL,
     bootstrap_servers: BootstrapServers = None,
+    verbose: Verbose = False,
 ) -> None:
     """Change one item in the catalog and publish its change event."""
     from kafka.errors import KafkaError
@@ -389,6 +448,10 @@ def catalog_update(
     if delete and (title is not None or attr or description is not None):
         raise typer.BadParameter("--delete takes no --title, --attr or --description")
     edits = _parse_attrs(attr or [])  # checked before the catalog is opened (or created)
+    if settings is not None:
+        require_broker(
+            settings, verbose, "--bootstrap-servers or $GISTRANK_KAFKA_BOOTSTRAP_SERVERS (or --no-publish)"
+        )
     with Catalog(catalog_url) as catalog:
         try:
             if delete:
@@ -438,6 +501,7 @@ def catalog_reconcile(
     redis_url: RedisUrl = None,
     feast_config: FeastConfig = None,
     bootstrap_servers: BootstrapServers = None,
+    verbose: Verbose = False,
 ) -> None:
     """After restoring the catalog from a backup: find items whose stored rows (in any model's view) are
     ahead of the catalog, move its version counter past them, and republish those items at new versions
@@ -447,6 +511,11 @@ def catalog_reconcile(
     from reranker.catalog.publisher import PublishError, publish_events
     from streaming.reconcile import reconcile
 
+    settings = _settings(bootstrap_servers) if publish else None
+    if settings is not None:
+        if fingerprint is None:
+            check_model_name(model)
+        require_broker(settings, verbose)
     store = _open_store(
         _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens),
         feast_dir,
@@ -454,7 +523,6 @@ def catalog_reconcile(
         redis_url,
         feast_config,
     )
-    settings = _settings(bootstrap_servers) if publish else None
     with Catalog(catalog_url) as catalog:
         result = reconcile(catalog, store)
     typer.echo(f"checked {result.checked} catalog items; {len(result.ahead)} had rows ahead of the catalog")
@@ -624,17 +692,20 @@ def dlq_replay(
         int, typer.Option(min=0, help="first dead-letter offset to read (each run prints where to resume)")
     ] = 0,
     bootstrap_servers: BootstrapServers = None,
+    verbose: Verbose = False,
 ) -> None:
     """Send dead-lettered events back to the change topic, by reason code, once their cause is fixed."""
     from kafka.errors import KafkaError
 
     from monitoring.metrics import DEAD_LETTER_REASONS
-    from streaming.replay import replay
 
     unknown = sorted(set(reason or ()) - set(DEAD_LETTER_REASONS))
     if unknown:
         raise typer.BadParameter(f"unknown reason {unknown}; known: {', '.join(DEAD_LETTER_REASONS)}")
     settings = _settings(bootstrap_servers)
+    require_broker(settings, verbose)
+    from streaming.replay import replay  # imports the consumer's (torch, feast): after the broker answered
+
     try:
         report = replay(settings, set(reason) if reason else None, apply, since_offset)
     except (ValueError, TimeoutError, KafkaError) as exc:
@@ -654,6 +725,7 @@ def kafka_acls(
     consumer: Annotated[str, typer.Option(help="principal of the gist consumers")],
     serving: Annotated[str, typer.Option(help="principal of the Triton servers (refresh requests)")],
     bootstrap_servers: BootstrapServers = None,
+    verbose: Verbose = False,
 ) -> None:
     """Grant each role its ACLs on the topics and groups of $GISTRANK_KAFKA_* (reranker/catalog/
     kafka_acls.py); run with an administrator's credentials in GISTRANK_KAFKA_SASL_*."""
@@ -662,6 +734,7 @@ def kafka_acls(
     from reranker.catalog.kafka_acls import apply_acls
 
     settings = _settings(bootstrap_servers)
+    require_broker(settings, verbose)
     try:
         count = apply_acls(settings, {"publisher": publisher, "consumer": consumer, "serving": serving})
     except (KafkaError, RuntimeError) as exc:

@@ -5,6 +5,7 @@ servers can write the change topic, and the consumer still does its whole job.""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,3 +93,25 @@ def test_only_the_granted_roles_write_the_change_topic_and_the_consumer_does_its
     assert (rows["a"].version, rows["b"].version) == (2, 1)
     with pytest.raises(KafkaError):  # the intruder cannot even read the topic in some other group
         GistConsumer(as_user(broker, "intruder"), tiny_model, store).run(threading.Event(), max_batches=1)
+
+
+def test_a_wrong_password_is_one_line_naming_the_login_within_the_wait(broker: KafkaBroker) -> None:
+    """The broker check of every Kafka command (issue 51) logs in as its clients would: a wrong SASL
+    password is refused within $GISTRANK_KAFKA_CONNECT_TIMEOUT_S, and the line names the login tried."""
+    env = kafka_env(as_user(broker, "publisher")) | {
+        "GISTRANK_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "GISTRANK_KAFKA_SASL_MECHANISM": "PLAIN",
+        "GISTRANK_KAFKA_SASL_USERNAME": "publisher",
+        "GISTRANK_KAFKA_SASL_PASSWORD": "not-the-password",
+        "GISTRANK_KAFKA_CONNECT_TIMEOUT_S": "2",
+    }
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["dlq", "replay"], env=env)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("error: no Kafka broker answered"), result.output
+    assert f"at {broker.bootstrap_servers} within 2 s" in result.output
+    assert "SASL_PLAINTEXT as publisher: a refused login" in result.output
+    assert time.monotonic() - started < 10
+    right = env | {"GISTRANK_KAFKA_SASL_PASSWORD": USERS["publisher"]}
+    result = CliRunner().invoke(app, ["dlq", "replay"], env=right)  # passes the check, whatever follows
+    assert "no Kafka broker answered" not in result.output, result.output

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,63 @@ def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
     assert "Kafka" not in result.stderr  # checked before any broker was asked
     assert not home.exists() and not any(work.iterdir())  # nothing written
     assert sorted((p, p.stat().st_mtime_ns) for p in given.rglob("*")) == before
+
+
+# Issue 51, broker reachability first: every Kafka command asks the bootstrap servers before it loads a
+# model or touches a store, and gives up within $GISTRANK_KAFKA_CONNECT_TIMEOUT_S (default 5 s): one
+# line naming the address and how to set it, exit 1 (a service that is down), nothing written.
+DEAD_BROKER = [  # (arguments, how the line says to set the servers)
+    (["consume", "--idle-exit-s", "5"], "--bootstrap-servers or $GISTRANK_KAFKA_BOOTSTRAP_SERVERS"),
+    (["publish", "--file", "{events}"], "--bootstrap-servers or $GISTRANK_KAFKA_BOOTSTRAP_SERVERS"),
+    (["dlq", "replay"], "--bootstrap-servers or $GISTRANK_KAFKA_BOOTSTRAP_SERVERS"),
+    (["catalog", "update", "x", "--title", "t"], "(or --no-publish)"),
+    (["serve", "--bootstrap-servers", "127.0.0.1:1"], "--bootstrap-servers (or leave it out"),
+]
+CLOSED_PORT = "127.0.0.1:1"
+
+
+def _gistrank(
+    args: list[str], work: Path, home: Path, **env: str
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The console script run as a user runs it, Kafka at a closed port: its result and wall time."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GISTRANK_", "HF_HUB_OFFLINE"))}
+    base |= {"GISTRANK_HOME": str(home), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": CLOSED_PORT} | env
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", "from reranker.cli import main; main()", *args],
+        cwd=work,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, time.monotonic() - started
+
+
+@pytest.mark.parametrize(("args", "how"), DEAD_BROKER, ids=[" ".join(a)[:40] for a, _ in DEAD_BROKER])
+def test_a_dead_broker_is_one_line_exit_1_within_15_s_and_touches_nothing(
+    args: list[str], how: str, tmp_path: Path
+) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    events = tmp_path / "events.jsonl"  # a valid file: it is checked before the broker
+    events.write_text('{"op": "delete", "item_id": "a", "version": 1, "timestamp": "2024-01-01T00:00:00Z"}\n')
+    result, wall_s = _gistrank([arg.format(events=events) for arg in args], work, home)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()  # no Kafka log line, no traceback: the error is all there is
+    assert len(lines) == 1 and lines[0].startswith("error: no Kafka broker answered"), result.stderr
+    assert CLOSED_PORT in lines[0] and how in lines[0] and "within 5 s" in lines[0]
+    assert "Traceback" not in result.stdout
+    assert not home.exists() and not any(work.iterdir())  # no feast/, no catalog.db: nothing written
+    assert wall_s < 15, f"{wall_s:.1f} s"  # a 5 s wait plus the interpreter's start
+
+
+def test_the_broker_wait_is_configurable_and_kafka_logs_show_when_asked(tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    result, _ = _gistrank(["dlq", "replay", "-v"], work, home, GISTRANK_KAFKA_CONNECT_TIMEOUT_S="1")
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "within 1 s" in errors[0], result.stderr
+    assert " kafka." in result.stderr  # kafka-python's own lines, asked for with -v
+    assert not home.exists() and not any(work.iterdir())

@@ -15,12 +15,14 @@ configures brokers, TLS and SASL once, in the environment, the way production in
     GISTRANK_KAFKA_SESSION_TIMEOUT_MS  how soon a crashed consumer's partitions move on (default 45000)
     GISTRANK_KAFKA_MAX_POLL_INTERVAL_MS  how long one batch may take before the consumer is dropped (300000)
     GISTRANK_KAFKA_CLIENT_ID           client id shown in broker logs and quotas (default gistrank)
+    GISTRANK_KAFKA_CONNECT_TIMEOUT_S   how long a command waits for the brokers to answer (default 5)
 
 kafka-python is imported inside the functions that need it, so reading settings stays cheap.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -64,6 +66,9 @@ class KafkaSettings(BaseModel):
     # A consumer that has not polled for this long (one batch too slow) leaves the group and its partitions
     # move on; its late writes lose against the new owner's (fenced store writes), its commit fails.
     max_poll_interval_ms: int = Field(300_000, ge=1000)
+    # `check_reachable`'s bound: a live broker answers in well under a second, and a command against a
+    # wrong address says so in seconds instead of after its clients' own 30 s retries.
+    connect_timeout_s: float = Field(5.0, gt=0, le=600)
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -151,6 +156,58 @@ class KafkaSettings(BaseModel):
 
     def admin_kwargs(self) -> dict[str, Any]:
         return self.client_kwargs()
+
+
+class BrokerUnreachableError(RuntimeError):
+    """No bootstrap server completed a metadata request within `KafkaSettings.connect_timeout_s`."""
+
+
+class _FirstFailure(logging.Handler):
+    """The first connection failure kafka-python logs while it retries: its bootstrap error only says that
+    time ran out, the log says why (refused, no answer, a closed connection). The first, because the last
+    is often a request the deadline cut short."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.reason: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        args = record.args if isinstance(record.args, tuple) else ()
+        failures = [a for a in args if isinstance(a, BaseException) and not isinstance(a, KafkaTimeoutError)]
+        if self.reason is None and failures:
+            self.reason = " ".join(str(failures[0]).split())
+
+
+def check_reachable(settings: KafkaSettings) -> None:
+    """Bootstrap an admin client as every client of these settings would (TCP, then TLS and SASL as
+    configured, then a metadata request), giving up after `connect_timeout_s`. Commands call it before
+    they load a model or touch a store. Raises `BrokerUnreachableError` naming the servers and the first
+    failure seen."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    failures = _FirstFailure()
+    kafka_log = logging.getLogger("kafka")
+    kafka_log.addHandler(failures)
+    try:
+        admin = KafkaAdminClient(
+            **settings.admin_kwargs(), bootstrap_timeout_ms=int(settings.connect_timeout_s * 1000)
+        )
+    except KafkaError as exc:
+        reason = failures.reason or " ".join(str(exc).split())
+        if settings.security_protocol != "PLAINTEXT":  # the broker closes the connection on a bad login
+            reason += f"; {settings.security_protocol}"
+            reason += f" as {settings.sasl_username}" if settings.sasl_username else ""
+            reason += ": a refused login or TLS handshake fails the same way"
+        raise BrokerUnreachableError(
+            f"no Kafka broker answered at {settings.bootstrap_servers} within "
+            f"{settings.connect_timeout_s:g} s ({reason})"
+        ) from None
+    finally:
+        kafka_log.removeHandler(failures)
+    admin.close()
 
 
 def ensure_topics(settings: KafkaSettings, partitions: int = 3, timeout_s: float = 30.0) -> None:

@@ -108,6 +108,15 @@ def serve(
     `materialize` must be given the same ones, or their K/V carries another fingerprint."""
     from reranker.serving.server import ServerError, ServerSettings, TritonServer
 
+    if kafka_bootstrap_servers:  # a wrong address fails now, not at the first recompute's refresh request
+        from reranker.catalog.kafka_settings import KafkaSettings
+        from streaming.cli import check_model_name, require_broker
+
+        check_model_name(model)  # a typo stays a usage error; the settings are checked after the broker
+        settings = KafkaSettings.from_env(bootstrap_servers=kafka_bootstrap_servers)
+        require_broker(
+            settings, verbose=False, how="--bootstrap-servers (or leave it out: no refresh requests)"
+        )
     spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     _check_settings(spec)
     server = TritonServer(

@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qsl, urlencode
 
-from reranker.core.compressors import SETTING_OWNERS
-
 CHECKPOINT_FILE = "gistrank.json"
 HYBRID_CHECKPOINT = "gistrank-hybrid-t32-k8"  # 32 raw tokens + 8 gists, head rule
 QL_CHECKPOINT = "gistrank-ql-k4"  # 4 gists read by query likelihood: beats prefix caching at 4 positions
@@ -107,6 +105,9 @@ def _read_by_its_compressor(
     compressor = settings.get("compressor")
     if compressor is None:  # a checkpoint's own compressor: known only once it is loaded
         return settings
+    # here, not at import: every command imports this module (DEFAULT_MODEL), the compressors import torch
+    from reranker.core.compressors import SETTING_OWNERS
+
     foreign = sorted(name for name in own if SETTING_OWNERS.get(name, compressor) != compressor)
     if foreign:
         owners = ", ".join(f"{name} by compressor={SETTING_OWNERS[name]}" for name in foreign)
