@@ -18,8 +18,8 @@ Pseudo-queries (`pseudo_lists`, no judgments needed): an item's title, or a sent
 item (label 1) and its BM25 neighbours among the set's items (label 0, hard negatives) — InPars-style.
 
 Choices and early stopping read the dev split (nDCG@10 of the trained reader over the stored units every
-`eval_every` steps; the checkpoint keeps the best step), or without one the last `holdout_queries` train
-queries. The result is an ordinary checkpoint whose store fingerprint is the store's: a reader rollout
+`eval_every` steps; the checkpoint keeps the best step), or the last `holdout_queries` train queries when
+given (the dev split then stays for the report). Pseudo-queries come from the train split's items only. The result is an ordinary checkpoint whose store fingerprint is the store's: a reader rollout
 writes nothing to the store.
 """
 
@@ -76,7 +76,7 @@ class ReaderTrainConfig(BaseModel):
     eval_every: int = Field(20, ge=1, description="steps between two dev checks")
     patience: int | None = Field(None, ge=1, description="stop after this many checks without a new best")
     holdout_queries: int = Field(
-        0, ge=0, description="without a dev split: the last N train queries choose the step instead"
+        0, ge=0, description="the last N train queries choose the step instead of the dev split"
     )
     init_from: str | None = Field(None, description="a reader checkpoint over the same store to continue")
 
@@ -169,7 +169,7 @@ class ReaderTrainer:
         self.rng = random.Random(cfg.seed)
 
         train, dev = judged_lists(data.split("train")), judged_lists(data.split("dev"))
-        if not dev and cfg.holdout_queries:  # the choice made on train queries no step draws
+        if cfg.holdout_queries:  # the choice made on train queries no step draws, the dev split left alone
             if cfg.holdout_queries >= len(train) and cfg.judged:
                 raise ValueError(
                     f"holdout_queries={cfg.holdout_queries} leaves none of {len(train)} to train on"
@@ -178,8 +178,9 @@ class ReaderTrainer:
             train, dev = train[:cut], train[cut:]
         self.dev = dev  # empty: no choice, the last step is kept
         lists = train if cfg.judged else []
-        if cfg.pseudo_lists:
-            lists += pseudo_lists(data, cfg.pseudo_lists, cfg.pseudo_negatives, self.rng, self._askable)
+        if cfg.pseudo_lists:  # from the train split's items: no dev text is asked of itself
+            train_items = data.split("train")
+            lists += pseudo_lists(train_items, cfg.pseudo_lists, cfg.pseudo_negatives, self.rng, self._askable)
         if not lists:
             raise ValueError("nothing to train on: no judged train list and no pseudo-query list")
         self.lists = [x for x in lists if cfg.objective != "labels" or any(x.labels)]
