@@ -47,6 +47,9 @@ BAD = [  # (arguments, what the error line must say)
     (["eval", "--teacher", "t", "--student", "s", "--data", "{labels}"], "label 1000000 is above 100"),
     (["train", "--out", "run", "--data", "{labels}"], "label 1000000 is above 100"),
     (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--storage-dtype", "int4"], "'int4'"),
+    # issue 51, gc and ports: a fingerprint that names no view (here: no store at all) keeps nothing;
+    (["rollout", "gc", "--fingerprint", "deadbeef"], "no view of deadbeef: no Feast store"),
+    (["rollout", "gc", "--fingerprint", "deadbeef", "--dry-run"], "no view of deadbeef: no Feast store"),
 ]
 
 
