@@ -23,10 +23,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # model names resolve offline (rer
 from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError
 from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 from reranker.core.checkpoints import DEFAULT_MODEL
+from reranker.serving.ports import ensure_free, port_option
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
-    from reranker.store import GistStore
+    from reranker.store import Coverage, GistStore
 
 
 class OnlineStore(StrEnum):
@@ -238,9 +239,7 @@ def consume(
             "dead-letter what it does not back; unset: the change topic is trusted",
         ),
     ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(min=0, max=65535, help="serve Prometheus metrics on PORT (/metrics)")
-    ] = None,
+    metrics_port: Annotated[int | None, port_option("serve Prometheus metrics on PORT (/metrics)")] = None,
     metrics_address: Annotated[
         str, typer.Option(help="address the metrics server binds (0.0.0.0 in a container)")
     ] = "127.0.0.1",
@@ -263,6 +262,8 @@ def consume(
 
     _configure_logging()
     settings = _settings(bootstrap_servers)
+    if metrics_port is not None:  # before the model loads, as every check of the options
+        ensure_free(metrics_address, {"--metrics-port": metrics_port})
     # the model and the store first: a wrong name or option fails at once, before any broker is asked
     gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
     store = _open_store(gist_model.fingerprint, feast_dir, online, redis_url, feast_config)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,8 +50,13 @@ BAD = [  # (arguments, what the error line must say)
     (["train", "--out", "run", "--data", "{labels}"], "label 1000000 is above 100"),
     (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--storage-dtype", "int4"], "'int4'"),
     # issue 51, gc and ports: a fingerprint that names no view (here: no store at all) keeps nothing;
+    # every port option is 1-65535 (0 = a free port where the help says so)
     (["rollout", "gc", "--fingerprint", "deadbeef"], "no view of deadbeef: no Feast store"),
     (["rollout", "gc", "--fingerprint", "deadbeef", "--dry-run"], "no view of deadbeef: no Feast store"),
+    (["serve", "--http-port", "70000"], "'--http-port': Input should be less than or equal to 65535"),
+    (["serve", "--grpc-port", "-1"], "'--grpc-port': Input should be greater than or equal to 0"),
+    (["serve", "--metrics-port", "65536"], "'--metrics-port'"),
+    (["consume", "--metrics-port", "0"], "'--metrics-port': Input should be greater than or equal to 1"),
 ]
 
 
@@ -83,3 +90,52 @@ def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
     assert "Kafka" not in result.stderr  # checked before any broker was asked
     assert not home.exists() and not any(work.iterdir())  # nothing written
     assert sorted((p, p.stat().st_mtime_ns) for p in given.rglob("*")) == before
+
+
+# issue 51, ports: a server's port that is taken is found before the model loads or tritonserver starts
+def _serve_or_consume(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """`gistrank ARGS` with an empty state folder in `tmp_path` and Kafka at a closed port → the run and
+    its error lines."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GISTRANK_")}
+    env |= {"GISTRANK_HOME": str(tmp_path / "home"), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    result = subprocess.run(
+        [sys.executable, "-c", "from reranker.cli import main; main()", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["serve", "--http-port"], ["serve", "--metrics-port"], ["consume", "--metrics-port"]],
+    ids=lambda c: " ".join(c),
+)
+def test_a_busy_port_is_one_line_naming_its_holder_before_anything_starts(
+    command: list[str], tmp_path: Path
+) -> None:
+    workdir = ["--workdir", str(tmp_path / "triton")] if command[0] == "serve" else []
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        started = time.monotonic()
+        result, errors = _serve_or_consume([*command, str(port), *workdir], tmp_path)
+        took = time.monotonic() - started
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in errors[0], errors
+    assert f"(held by pid {os.getpid()}: " in errors[0], errors  # this test's process holds it
+    assert "Traceback" not in result.stderr and "Kafka" not in result.stderr
+    assert not (tmp_path / "triton").exists() and not (tmp_path / "home").exists()  # nothing started
+    assert took < 30, took  # the CLI's imports, not a model load (~30 s before)
+
+
+def test_one_port_given_to_two_endpoints_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    result, errors = _serve_or_consume(["serve", "--http-port", port, "--metrics-port", port], tmp_path)
+    assert result.returncode == 2 and len(errors) == 1 and f"{port} is --http-port too" in errors[0], errors
