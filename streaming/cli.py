@@ -28,10 +28,11 @@ from reranker.catalog.kafka_settings import (
     ensure_topics,
 )
 from reranker.core.checkpoints import DEFAULT_MODEL
+from reranker.serving.ports import ensure_free, port_option
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
-    from reranker.store import GistStore
+    from reranker.store import Coverage, GistStore
 
 
 class OnlineStore(StrEnum):
@@ -186,8 +187,8 @@ def _open_store(
     feast_config: Path | None = None,
     apply: bool = True,
 ) -> GistStore:
-    """The store of the model with `fingerprint` (its own Feast view, registered here if new, unless
-    `apply` is False)."""
+    """The store of the model with `fingerprint` (its own Feast view, registered here if new; with
+    `apply` False only an existing store is opened, and nothing is written)."""
     from reranker.store import GistStore
 
     if feast_config is not None:
@@ -195,9 +196,11 @@ def _open_store(
             raise typer.BadParameter(
                 "--feast-config sets the stores itself: drop --feast-dir, --online, --redis-url"
             )
-        store = GistStore(config=feast_config, fingerprint=fingerprint)
+        store = GistStore(config=feast_config, fingerprint=fingerprint, create=apply)
     else:
-        store = GistStore(feast_dir, online=online.value, redis_url=redis_url, fingerprint=fingerprint)
+        store = GistStore(
+            feast_dir, online=online.value, redis_url=redis_url, fingerprint=fingerprint, create=apply
+        )
     if apply:
         store.apply()
     return store
@@ -291,9 +294,7 @@ def consume(
             "dead-letter what it does not back; unset: the change topic is trusted",
         ),
     ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(min=0, max=65535, help="serve Prometheus metrics on PORT (/metrics)")
-    ] = None,
+    metrics_port: Annotated[int | None, port_option("serve Prometheus metrics on PORT (/metrics)")] = None,
     metrics_address: Annotated[
         str, typer.Option(help="address the metrics server binds (0.0.0.0 in a container)")
     ] = "127.0.0.1",
@@ -315,6 +316,8 @@ def consume(
     """Consume change events: compress changed items into the gist store; SIGTERM finishes the batch."""
     _configure_logging(verbose)
     settings = _settings(bootstrap_servers)
+    if metrics_port is not None:  # before the model loads, as every check of the options
+        ensure_free(metrics_address, {"--metrics-port": metrics_port})
     # a misspelled model name fails at once (exit 2), a down broker in seconds (exit 1): before the load
     check_model_name(model)
     require_broker(settings, verbose)
@@ -567,6 +570,25 @@ def _fingerprint(
     return fingerprint or _load_model(model, num_gist, None, compressor, max_item_tokens).fingerprint
 
 
+def _coverages(
+    target: str,
+    catalog_url: str,
+    feast_dir: Path | None,
+    online: OnlineStore,
+    redis_url: str | None,
+    feast_config: Path | None,
+) -> dict[str, Coverage]:
+    """Every model view of the store (read-only) → its coverage of the live catalog; raises
+    `CatalogError` for no catalog, `NoFeatureStoreError` for no store, `FeatureStoreUnavailableError`."""
+    store = _open_store(target, feast_dir, online, redis_url, feast_config, apply=False)
+    with Catalog(catalog_url, create=False) as catalog:
+        items = [(item.item_id, item.version) for item in catalog.iter_items()]
+    return {
+        view: store.for_model(view).coverage(items) if view != target else store.coverage(items)
+        for view in store.views()
+    }
+
+
 @rollout_app.command("status")
 def rollout_status(
     model: ModelRef = DEFAULT_MODEL,
@@ -583,7 +605,7 @@ def rollout_status(
     """Coverage of the catalog by every model's view (reads only). Exit 0: --model's view covers every
     live item at its catalog version (replicas may switch to it); 1: not yet; 3: cannot tell (no
     catalog, no store, no view of that model, store unreachable)."""
-    from reranker.store import FeatureStoreUnavailableError, default_data_dir
+    from reranker.store import FeatureStoreUnavailableError
 
     target = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
 
@@ -591,30 +613,19 @@ def rollout_status(
         typer.echo(f"cannot tell whether model {target} covers the catalog: {reason}", err=True)
         raise typer.Exit(3)
 
-    if feast_config is None:
-        data_dir = Path(feast_dir or default_data_dir())
-        if not (data_dir / "registry.db").is_file():
-            cannot_tell(f"no Feast store in {data_dir}")
     try:
-        with Catalog(catalog_url, create=False) as catalog:
-            items = [(item.item_id, item.version) for item in catalog.iter_items()]
-        store = _open_store(target, feast_dir, online, redis_url, feast_config, apply=False)
-        views = store.views()
-        if target not in views:
-            cannot_tell("the store has no view of it (its consumers never ran, or a mistyped fingerprint)")
-        coverages = {
-            view: store.for_model(view).coverage(items) if view != target else store.coverage(items)
-            for view in views
-        }
+        coverages = _coverages(target, catalog_url, feast_dir, online, redis_url, feast_config)
     except (CatalogError, FeatureStoreUnavailableError) as exc:
         cannot_tell(str(exc))
-    typer.echo(f"{len(items)} live catalog items")
+    if target not in coverages:
+        cannot_tell("the store has no view of it (its consumers never ran, or a mistyped fingerprint)")
+    covered = coverages[target]
+    typer.echo(f"{covered.items} live catalog items")
     typer.echo(f"{'model fingerprint':<34} {'current':>9} {'behind':>8} {'missing':>8} {'coverage':>9}")
     for view, cov in coverages.items():
         missing = cov.items - cov.current - cov.behind
         mark = "  <- --model" if view == target else ""
         typer.echo(f"{view:<34} {cov.current:>9} {cov.behind:>8} {missing:>8} {cov.ratio:>9.1%}{mark}")
-    covered = coverages[target]
     if covered.current == covered.items:
         typer.echo(f"model {target} covers the catalog: replicas may switch to it")
         return
@@ -639,7 +650,15 @@ def rollout_gc(
             "their use once a minute)",
         ),
     ] = 15.0,
-    force: Annotated[bool, typer.Option("--force", help="drop views that serving read recently too")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="drop views that serving read recently too, and keep --model's view although it does not "
+            "cover the catalog (the views that do are dropped)",
+        ),
+    ] = False,
+    catalog_url: CatalogUrl = DEFAULT_URL,
     feast_dir: FeastDir = None,
     online: Online = OnlineStore.sqlite,
     redis_url: RedisUrl = None,
@@ -647,18 +666,48 @@ def rollout_gc(
 ) -> None:
     """Drop every model's view (registry entry and online rows) except --model's (the live one) and
     --keep's, and except views a serving replica read in the last --unused-for minutes (unless --force);
-    exit 1 if any view was refused. Run it after every replica serves the live model."""
+    exit 1 if any view was refused. --model's view must exist and cover the catalog (every live item at
+    its catalog version, as `rollout status` says) unless --force; a --keep must exist: else exit 2,
+    nothing dropped. Run it after every replica serves the live model."""
     import time
 
+    from reranker.store import FeatureStoreUnavailableError, NoFeatureStoreError
+
     live = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
-    store = _open_store(live, feast_dir, online, redis_url, feast_config)
-    kept = {live, *(keep or [])}
+    kept = [live, *(keep or [])]
+    hint = "--fingerprint / --model / --keep"
+    try:
+        coverages = _coverages(live, catalog_url, feast_dir, online, redis_url, feast_config)
+    except NoFeatureStoreError as exc:
+        raise typer.BadParameter(f"no view of {live}: {exc}", param_hint=hint) from None
+    except CatalogError as exc:
+        raise typer.BadParameter(
+            f"cannot tell which views cover it: {exc}", param_hint="--catalog-url"
+        ) from None
+    except FeatureStoreUnavailableError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    views = "; ".join(
+        f"{view} {cov.ratio:.1%} ({cov.current}/{cov.items} current, {cov.behind} behind)"
+        for view, cov in coverages.items()
+    )
+    unknown = [view for view in kept if view not in coverages]
+    if unknown:
+        raise typer.BadParameter(
+            f"no view of {', '.join(unknown)}; the views: {views or 'none'}", param_hint=hint
+        )
+    if coverages[live].ratio < 1 and not force:
+        raise typer.BadParameter(
+            f"{live}'s view does not cover the catalog, so gc would drop what serves; the views: {views}; "
+            "keep one at 100% (`rollout status`), or pass --force",
+            param_hint=hint,
+        )
     refused = 0
-    for view in store.views():
+    for view in coverages:
         if view in kept:
             typer.echo(f"keep {view}")
             continue
-        other = store.for_model(view)
+        other = _open_store(view, feast_dir, online, redis_url, feast_config, apply=False)
         used = other.last_use()
         if used is not None and not force and time.time() - used[0] < unused_for * 60:
             refused += 1

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -398,7 +399,8 @@ def test_rollout_status_and_gc_commands(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app, ["rollout", "status", "--fingerprint", FP_B, "--catalog-url", catalog_url, "--feast-dir", "nope"]
     )
-    assert result.exit_code == 3 and "no Feast store in nope" in result.output and not Path("nope").exists()
+    assert result.exit_code == 3 and "no Feast store (no registry at" in result.output, result.output
+    assert not Path("nope").exists()
     code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", catalog_url)
     assert code == 1 and f"model {FP_B} is not ready: 1 items not current yet" in out, out
     assert re.search(rf"{FP_A}\s+3\s+0\s+0\s+100\.0%\n", out), out  # current, behind, missing
@@ -407,13 +409,97 @@ def test_rollout_status_and_gc_commands(tmp_path: Path) -> None:
     code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", catalog_url)
     assert code == 0 and f"model {FP_B} covers the catalog" in out, out
 
-    code, out = rollout("gc", "--fingerprint", FP_B, "--dry-run")
+    code, out = rollout("gc", "--fingerprint", FP_B, "--dry-run", "--catalog-url", catalog_url)
     assert code == 0 and f"would drop {FP_A}" in out and store_a.views() == [FP_A, FP_B], out
     store_a.record_use("replica-a:1")  # a replica still serves model A
-    code, out = rollout("gc", "--fingerprint", FP_B)
+    code, out = rollout("gc", "--fingerprint", FP_B, "--catalog-url", catalog_url)
     assert code == 1 and f"refuse {FP_A}: serving read it" in out and "replica-a:1" in out, out
     assert store_a.views() == [FP_A, FP_B] and store_a.read(["x"])["x"] is not None
-    code, out = rollout("gc", "--fingerprint", FP_B, "--force")
+    code, out = rollout("gc", "--fingerprint", FP_B, "--force", "--catalog-url", catalog_url)
     assert code == 0 and f"dropped {FP_A}" in out and f"keep {FP_B}" in out, out
     assert store_b.views() == [FP_B]
     assert store_b.read(["z"])["z"] == row("z", version=versions["z"], fingerprint=FP_B)
+
+
+# ------------------------------------------------------------- rollout gc keeps what serves (issue 51)
+@dataclass
+class TwoViews:
+    """Model A's view covers a three-item catalog, model B's (a rollout half done) holds x and y."""
+
+    a: GistStore
+    b: GistStore
+    versions: dict[str, int]  # each item's catalog version
+    options: list[str]  # `rollout gc` options naming this catalog and store
+
+
+@pytest.fixture
+def two_views(tmp_path: Path) -> TwoViews:
+    from reranker.catalog.database import Catalog
+
+    catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog(catalog_url) as catalog:
+        versions = {i: catalog.upsert(i, f"item {i}", {}, "text").version for i in ("x", "y", "z")}
+    store_a = GistStore(tmp_path / "feast", fingerprint=FP_A)
+    store_a.apply()
+    store_a.write([row(i, version=v) for i, v in versions.items()])
+    store_b = store_a.for_model(FP_B)
+    store_b.apply()
+    store_b.write([row(i, version=versions[i], fingerprint=FP_B) for i in ("x", "y")])
+    return TwoViews(
+        store_a, store_b, versions, ["--catalog-url", catalog_url, "--feast-dir", str(tmp_path / "feast")]
+    )
+
+
+def gc(*args: str) -> tuple[int, str, list[str]]:
+    """`gistrank rollout gc ARGS` → exit code, stdout, the error lines of stderr."""
+    from typer.testing import CliRunner
+
+    from reranker.cli import app
+
+    result = CliRunner().invoke(app, ["rollout", "gc", *args])
+    assert not isinstance(result.exception, Exception), result.output  # no traceback: a usage error or exit
+    errors = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
+    return result.exit_code, result.stdout, errors
+
+
+def files(folder: Path) -> dict[Path, tuple[int, int]]:
+    """Every file and folder under `folder` → (size, mtime): what changed if anything was written."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["for real", "dry run"])
+def test_gc_refuses_a_mistyped_fingerprint_and_drops_nothing(
+    two_views: TwoViews, tmp_path: Path, dry_run: list[str]
+) -> None:
+    """The live fingerprint with its last character cut names no view: one line listing the views with
+    their coverage, exit 2, every view and row kept, no view registered for the typo, nothing written."""
+    before = files(tmp_path)
+    code, out, errors = gc("--fingerprint", FP_A[:-1], *dry_run, *two_views.options)
+    assert code == 2 and len(errors) == 1 and f"no view of {FP_A[:-1]}" in errors[0], (out, errors)
+    assert f"{FP_A} 100.0% (3/3 current, 0 behind)" in errors[0] and f"{FP_B} 66.7% (2/3" in errors[0]
+    assert out == "" and files(tmp_path) == before
+    assert two_views.a.views() == [FP_A, FP_B] and two_views.a.read(["z"])["z"] is not None
+
+
+def test_gc_keeps_the_last_view_covering_the_catalog_unless_forced(two_views: TwoViews) -> None:
+    """Keeping B (two of three items) would drop A, the one view that covers the catalog: refused, exit 2,
+    dry run or not; --force drops A and keeps B."""
+    for dry_run in ([], ["--dry-run"]):
+        code, out, errors = gc("--fingerprint", FP_B, *dry_run, *two_views.options)
+        assert code == 2 and len(errors) == 1, (out, errors)
+        assert f"{FP_B}'s view does not cover the catalog" in errors[0] and f"{FP_A} 100.0%" in errors[0]
+        assert "--force" in errors[0] and out == ""
+        assert two_views.a.views() == [FP_A, FP_B] and two_views.a.read(["x"])["x"] is not None
+    code, out, errors = gc("--fingerprint", FP_B, "--force", *two_views.options)
+    assert code == 0 and not errors and f"dropped {FP_A}" in out and f"keep {FP_B}" in out, (out, errors)
+    assert two_views.b.views() == [FP_B] and two_views.b.read(["x"])["x"] is not None
+
+
+def test_gc_dry_run_writes_nothing(two_views: TwoViews, tmp_path: Path) -> None:
+    """A dry run that may drop (B covers the catalog too now) names what it would drop and changes no
+    file: not the registry, not the online store, not the catalog."""
+    two_views.b.write([row("z", version=two_views.versions["z"], fingerprint=FP_B)])
+    before = files(tmp_path)
+    code, out, errors = gc("--fingerprint", FP_B, "--dry-run", *two_views.options)
+    assert code == 0 and not errors and f"would drop {FP_A}" in out and f"keep {FP_B}" in out, (out, errors)
+    assert files(tmp_path) == before and two_views.a.views() == [FP_A, FP_B]

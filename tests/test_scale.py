@@ -246,7 +246,7 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
         assert recomputes(ports_a[2]) == 0
         code, out = status(model_b)
         assert code == 0 and f"model {model_b.fingerprint} covers the catalog" in out, out
-        gc_args = ["rollout", "gc", "--fingerprint", model_b.fingerprint, "--feast-config", str(config)]
+        gc_args = ["rollout", "gc", "--fingerprint", model_b.fingerprint, *rollout]
         refused = CliRunner().invoke(app, gc_args)  # too early: A's replica still serves A's view
         assert refused.exit_code == 1, refused.output
         assert f"refuse {model_a.fingerprint}: serving read it" in refused.output, refused.output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -48,6 +49,14 @@ BAD = [  # (arguments, what the error line must say)
     (["eval", "--teacher", "t", "--student", "s", "--data", "{labels}"], "label 1000000 is above 100"),
     (["train", "--out", "run", "--data", "{labels}"], "label 1000000 is above 100"),
     (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--storage-dtype", "int4"], "'int4'"),
+    # issue 51, gc and ports: a fingerprint that names no view (here: no store at all) keeps nothing;
+    # every port option is 1-65535 (0 = a free port where the help says so)
+    (["rollout", "gc", "--fingerprint", "deadbeef"], "no view of deadbeef: no Feast store"),
+    (["rollout", "gc", "--fingerprint", "deadbeef", "--dry-run"], "no view of deadbeef: no Feast store"),
+    (["serve", "--http-port", "70000"], "'--http-port': Input should be less than or equal to 65535"),
+    (["serve", "--grpc-port", "-1"], "'--grpc-port': Input should be greater than or equal to 0"),
+    (["serve", "--metrics-port", "65536"], "'--metrics-port'"),
+    (["consume", "--metrics-port", "0"], "'--metrics-port': Input should be greater than or equal to 1"),
 ]
 
 
@@ -141,3 +150,36 @@ def test_the_broker_wait_is_configurable_and_kafka_logs_show_when_asked(tmp_path
     assert len(errors) == 1 and "within 1 s" in errors[0], result.stderr
     assert " kafka." in result.stderr  # kafka-python's own lines, asked for with -v
     assert not home.exists() and not any(work.iterdir())
+
+
+# Issue 51, ports: a server's port that is taken is found before the model loads or tritonserver starts
+@pytest.mark.parametrize(
+    "command",
+    [["serve", "--http-port"], ["serve", "--metrics-port"], ["consume", "--metrics-port"]],
+    ids=lambda c: " ".join(c),
+)
+def test_a_busy_port_is_one_line_naming_its_holder_before_anything_starts(
+    command: list[str], tmp_path: Path
+) -> None:
+    workdir = ["--workdir", str(tmp_path / "triton")] if command[0] == "serve" else []
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result, took = _gistrank([*command, str(port), *workdir], tmp_path, tmp_path / "home")
+    errors = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in errors[0], errors
+    assert f"(held by pid {os.getpid()}: " in errors[0], errors  # this test's process holds it
+    assert "Traceback" not in result.stderr and "Kafka" not in result.stderr
+    assert not (tmp_path / "triton").exists() and not (tmp_path / "home").exists()  # nothing started
+    assert took < 30, took  # the CLI's imports, not a model load (~30 s before)
+
+
+def test_one_port_given_to_two_endpoints_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    result, _ = _gistrank(["serve", "--http-port", port, "--metrics-port", port], tmp_path, tmp_path / "home")
+    errors = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
+    assert result.returncode == 2 and len(errors) == 1 and f"{port} is --http-port too" in errors[0], errors

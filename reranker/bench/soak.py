@@ -9,7 +9,8 @@ is written to the catalog and published, while the soak
 * kills consumer processes with SIGKILL (each restarted at once),
 * kills the broker with SIGKILL and starts it again,
 * starts one more consumer mid-stream (a rebalance),
-* runs `gistrank rollout gc` with another model as live, which must refuse the view being served.
+* runs `gistrank rollout gc` with another model's view (covering the catalog) as live, which must refuse
+  the view being served.
 
 Then it waits until the group has committed every record, stops the consumers (SIGTERM), and compares
 every item of the catalog with the store: a live item whose row is missing is *lost*, one at another
@@ -37,7 +38,7 @@ from reranker.catalog.database import Catalog
 from reranker.catalog.events import ChangeEvent
 from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics, group_progress, records_in
 from reranker.catalog.publisher import EventPublisher, PublishError
-from reranker.store import GistStore
+from reranker.store import GistRow, GistStore
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -59,6 +60,9 @@ WORDS = [
     "256GB",
     "usb-c",
 ]
+
+
+GC_LIVE = "f" * 32  # the model the gc attempt keeps: its view is registered at the start
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,7 @@ def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = pri
     ensure_topics(settings, config.partitions)
     store = GistStore(workdir / "feast", fingerprint=model.fingerprint)
     store.apply()  # before the consumers race to create the registry
+    store.for_model(GC_LIVE).apply()  # and before they read it: Feast rewrites the registry in place
     say(f"broker {settings.bootstrap_servers}, model {model.fingerprint}, workdir {workdir}")
     env = os.environ | {
         "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -254,7 +259,7 @@ def _produce(rig: _Rig, catalog: Catalog) -> None:
             if fault is not None:
                 publisher = _flush(publisher, settings, pending)
                 rig.say(f"{i + 1}/{n} changes: {fault}")
-                _fault(rig, fault)
+                _fault(rig, fault, catalog)
     finally:
         publisher.close()
 
@@ -275,7 +280,7 @@ def _flush(publisher: EventPublisher, settings: KafkaSettings, pending: list[Cha
                 publisher.send(event)
 
 
-def _fault(rig: _Rig, fault: str) -> None:
+def _fault(rig: _Rig, fault: str, catalog: Catalog) -> None:
     report = rig.report
     if fault == "kill consumer":
         rig.consumers.kill_one(rig.rng)
@@ -289,12 +294,15 @@ def _fault(rig: _Rig, fault: str) -> None:
         rig.consumers.start()
         report.consumers_joined += 1
     elif fault == "gc":
-        # another model declared live: the soak's own view is being served, so gc must refuse to drop it
-        other = "f" * 32
-        gc = [sys.executable, "-m", "streaming.cli", "rollout", "gc", "--fingerprint", other]
-        result = subprocess.run(
-            [*gc, "--feast-dir", str(rig.workdir / "feast")], capture_output=True, text=True, check=False
-        )
+        # another model's finished backfill declared live (gc keeps only a view that covers the catalog,
+        # which stands still while this thread runs): the soak's own view is being served, so gc must
+        # refuse to drop it
+        other = GistStore(rig.workdir / "feast", fingerprint=GC_LIVE)
+        items = [(item.item_id, item.version) for item in catalog.iter_items()]
+        other.write([GistRow(i, b"kv", GC_LIVE, 0, 0, "soak", version) for i, version in items])
+        gc = [sys.executable, "-m", "streaming.cli", "rollout", "gc", "--fingerprint", GC_LIVE]
+        gc += ["--feast-dir", str(rig.workdir / "feast"), "--catalog-url", str(catalog.engine.url)]
+        result = subprocess.run(gc, capture_output=True, text=True, check=False)
         report.gc_refused = result.returncode == 1 and f"refuse {rig.model.fingerprint}" in result.stdout
 
 

@@ -15,8 +15,7 @@ import typer
 
 from reranker.catalog.database import DEFAULT_URL
 from reranker.core.checkpoints import DEFAULT_MODEL, model_spec, split_spec
-
-Port = Annotated[int, typer.Option(help="0 = pick a free port")]
+from reranker.serving.ports import ensure_free, port_option
 
 
 def _check_settings(spec: str) -> None:
@@ -90,11 +89,10 @@ def serve(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     num_threads: Annotated[int, typer.Option(help="torch threads per model process; 0 = torch default")] = 0,
     host: Annotated[str, typer.Option(help="address every endpoint binds to")] = "127.0.0.1",
-    http_port: Port = 8000,
-    grpc_port: Port = 8001,
+    http_port: Annotated[int, port_option("HTTP endpoint", free=True)] = 8000,
+    grpc_port: Annotated[int, port_option("gRPC endpoint", free=True)] = 8001,
     metrics_port: Annotated[
-        int,
-        typer.Option(help="Triton's metrics: its nv_inference_* and the models' gistrank_*; 0 = free port"),
+        int, port_option("Triton's metrics: its nv_inference_* and the models' gistrank_*", free=True)
     ] = 8002,
     instances: Annotated[
         int, typer.Option(min=1, help="gist_reranker model instances (processes, one L1 cache each)")
@@ -108,6 +106,7 @@ def serve(
     `materialize` must be given the same ones, or their K/V carries another fingerprint."""
     from reranker.serving.server import ServerError, ServerSettings, TritonServer
 
+    ensure_free(host, {"--http-port": http_port, "--grpc-port": grpc_port, "--metrics-port": metrics_port})
     if kafka_bootstrap_servers:  # a wrong address fails now, not at the first recompute's refresh request
         from reranker.catalog.kafka_settings import KafkaSettings
         from streaming.cli import check_model_name, require_broker

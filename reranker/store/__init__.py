@@ -103,6 +103,11 @@ class FeatureStoreUnavailableError(RuntimeError):
     """
 
 
+class NoFeatureStoreError(FeatureStoreUnavailableError):
+    """No registry where the config points (nothing was ever applied there, or a wrong path), found by a
+    store opened with `create=False`."""
+
+
 @dataclass(frozen=True)
 class GistRow:
     """One item's stored gist K/V: `kv` is `reranker.core.kv_codec.encode` output, stored byte for byte."""
@@ -246,6 +251,17 @@ def _load_definitions() -> ModuleType:
     return module
 
 
+def _absent_registry(config: RepoConfig) -> Path | None:
+    """The path of a local file registry that does not exist; None when it exists or lives elsewhere (a
+    SQL database, object storage), where telling would need a connection."""
+    registry = config.registry
+    if registry.registry_type != "file" or urlsplit(registry.path).scheme:
+        return None
+    path = Path(registry.path)
+    path = path if path.is_absolute() else Path(config.repo_path) / path
+    return None if path.is_file() else path
+
+
 @dataclass(frozen=True)
 class Coverage:
     """How many live catalog items have a current row (the catalog's version) in one model's view."""
@@ -277,6 +293,7 @@ class GistStore:
         config: str | Path | None = None,
         *,
         fingerprint: str,
+        create: bool = True,
     ) -> None:
         """`fingerprint` is the model's (`GistReranker.fingerprint`): the view this store reads and writes.
 
@@ -289,6 +306,9 @@ class GistStore:
         * otherwise the project's own `feature_repo/feature_store.yaml` with local-run overrides: its
           registry and SQLite file in `data_dir` (default: `default_data_dir()`), and with
           `online="redis"` one Redis at `redis_url` as the online store.
+
+        `create=False` opens an existing store only: a local file registry that is not there is a
+        `NoFeatureStoreError` and nothing is created (Feast would write an empty registry and its folder).
         """
         if config is not None and (data_dir is not None or online is not None or redis_url is not None):
             raise ValueError(
@@ -326,6 +346,9 @@ class GistStore:
                 kind,
             )
         self._where = self._describe(repo_config)
+        self.create = create
+        if not create and (registry := _absent_registry(repo_config)) is not None:
+            raise NoFeatureStoreError(f"no Feast store (no registry at {registry})")
         try:
             # Feast creates only the last path component itself.
             self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -351,9 +374,9 @@ class GistStore:
     def for_model(self, fingerprint: str) -> GistStore:
         """A store on the same Feast config, bound to another model's view."""
         if self.config_path is not None:
-            return GistStore(config=self.config_path, fingerprint=fingerprint)
+            return GistStore(config=self.config_path, fingerprint=fingerprint, create=self.create)
         online: Online = "redis" if self.redis_url is not None else "sqlite"
-        return GistStore(self.data_dir, online, self.redis_url, fingerprint=fingerprint)
+        return GistStore(self.data_dir, online, self.redis_url, fingerprint=fingerprint, create=self.create)
 
     def _repo_config(self, online: Online) -> RepoConfig:
         from feast import RepoConfig

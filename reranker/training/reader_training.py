@@ -15,12 +15,13 @@ Objectives, per list of candidates (a query with its judged candidates, or a pse
               shadow — computed once per pair before the first step (`distill_loss`)
     both      their sum
 Pseudo-queries (`pseudo_lists`, no judgments needed): an item's title, or a sentence of it, asked of the
-item (label 1) and its BM25 neighbours among the set's items (label 0, hard negatives) — InPars-style.
+item (label 1) and its BM25 neighbours among the train items (label 0, hard negatives) — InPars-style.
 
 Choices and early stopping read the dev split (nDCG@10 of the trained reader over the stored units every
 `eval_every` steps; the checkpoint keeps the best step), or the last `holdout_queries` train queries when
-given (the dev split then stays for the report). Pseudo-queries come from the train split's items only. The result is an ordinary checkpoint whose store fingerprint is the store's: a reader rollout
-writes nothing to the store.
+given (the dev split then stays for the report). Pseudo-queries come from the train split's items only.
+The result is an ordinary checkpoint whose store fingerprint is the store's: a reader rollout writes
+nothing to the store.
 """
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ class ReaderTrainer:
         lists = train if cfg.judged else []
         if cfg.pseudo_lists:  # from the train split's items: no dev text is asked of itself
             train_items = data.split("train")
-            lists += pseudo_lists(train_items, cfg.pseudo_lists, cfg.pseudo_negatives, self.rng, self._askable)
+            lists += pseudo_lists(
+                train_items, cfg.pseudo_lists, cfg.pseudo_negatives, self.rng, self._askable
+            )
         if not lists:
             raise ValueError("nothing to train on: no judged train list and no pseudo-query list")
         self.lists = [x for x in lists if cfg.objective != "labels" or any(x.labels)]
