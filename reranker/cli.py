@@ -22,6 +22,7 @@ from reranker.serving.cli import rerank, serve
 from streaming.cli import (
     StorageDType,
     catalog_app,
+    check_model,
     consume,
     dlq_app,
     kafka_acls,
@@ -124,6 +125,9 @@ def demo(
     ] = None,
 ) -> None:
     """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
+    check_model(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    if shadow_model is not None:
+        check_model(shadow_model, "--shadow-model")
     if core:
         from reranker.demo.core import run_core_demo
 
@@ -153,6 +157,7 @@ def bench(
 ) -> None:
     """Candidates/s of online `score` vs full-context `score_full`, next to the ideal (j + ℓ)/ℓ, and
     the offline compression time per item."""
+    check_model(model)
     from reranker.bench.score import run_score_bench
 
     js = item_tokens or [256, 512, 1024]
@@ -172,6 +177,7 @@ def bench_packing(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_packing.json",
 ) -> None:
     """Training pairs/s with queries packed m per item row vs one row per pair, next to the ideal."""
+    check_model(model)
     from reranker.bench.packing import run_packing_bench
 
     ms = queries_per_item or [1, 2, 4, 8]
@@ -190,6 +196,7 @@ def bench_store(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_store.json",
 ) -> None:
     """Consumer items/s vs raw compress; Feast read latency (SQLite, Redis) vs raw Redis; blob bytes."""
+    check_model(model)
     from reranker.bench.store import run_store_bench
 
     run_store_bench(
@@ -216,6 +223,7 @@ def bench_training(
 ) -> None:
     """Gist training pairs per CPU-second: back-propagating through every item position (LoRA body)
     vs gists over a frozen reader's cached item K/V, same lists, side by side."""
+    check_model(model)
     from reranker.bench.training import run_training_bench
 
     run_training_bench(
@@ -250,6 +258,7 @@ def bench_serving(
 ) -> None:
     """End-to-end latency over HTTP and gRPC (hit / Feast / recompute paths) vs in-process score(), and
     saturated throughput (candidates/s) through Triton vs in-process score()."""
+    check_model(model)
     from reranker.bench.serving import run_serving_bench
 
     run_serving_bench(
@@ -405,6 +414,7 @@ def train(
     ] = None,
 ) -> None:
     """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
+    check_model(model)
     from pydantic import ValidationError
 
     from reranker.core.config import GistConfig, resolve_dtype, template_for
@@ -505,6 +515,9 @@ def train_gists(
 ) -> None:
     """Train gists over a frozen reader: its item K/V computed once, the gists and their adapter
     distilled list-wise to its full-context scores (reranker/training/frozen_reader.py)."""
+    check_model(reader, "--reader")
+    if init_from is not None:
+        check_model(init_from, "--init-from")
     from pydantic import ValidationError
 
     from reranker.training.frozen_reader import FrozenGistConfig, FrozenGistTrainer
@@ -596,6 +609,8 @@ def probe(
 ) -> None:
     """Per layer: how much of the item reaches the student's query (item share, centered gap), how much
     its gists vary with the item, sinks. `--fresh-gists 8 1 --student TEACHER` = a warm start's step 0."""
+    check_model(teacher, "--teacher")
+    check_model(student, "--student")
     from reranker.evaluation.probe import probe_states
 
     relevance = _load_data(data, seed, products, max_item_tokens)
@@ -643,6 +658,7 @@ def plan(
 ) -> None:
     """Capacity: K/V bytes per item (the codec's real blob), store size and Redis shards, fetch
     bytes/s, online FLOPs/s, backfill hours and consumers — from the model's own config."""
+    check_model(model)
     from rich.console import Console
     from rich.table import Table
 
@@ -760,6 +776,11 @@ def evaluate(
         raise typer.BadParameter(
             f"{split!r} has no queries in this set; it has {present}", param_hint="--split"
         )
+    # the data's own mistakes first (a cheap read), then the models', before any is loaded
+    check_model(teacher, "--teacher")
+    for option, refs in (("--student", student), ("--shadow-model", shadow_model)):
+        for ref in refs or ():
+            check_model(ref, option)
     result = run_eval(
         relevance,
         teacher,

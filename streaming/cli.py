@@ -107,6 +107,20 @@ def _settings(bootstrap_servers: str | None) -> KafkaSettings:
         raise typer.BadParameter(f"Kafka settings: {exc}") from None
 
 
+def check_model(ref: str | Path, option: str = "--model", **settings: int | str | None) -> None:
+    """The model reference of `option` (with the command's reading `settings` over its own) checked before
+    anything heavy, as one usage line (`reranker.core.model_refs`): the one check of every command that
+    takes a model."""
+    from reranker.core.checkpoints import model_spec
+    from reranker.core.errors import one_line
+    from reranker.core.model_refs import check_model_ref
+
+    try:
+        check_model_ref(model_spec(ref, **settings))
+    except ValueError as exc:
+        raise typer.BadParameter(one_line(exc), param_hint=option) from None
+
+
 def _load_model(
     ref: str,
     num_gist: int | None,
@@ -119,6 +133,7 @@ def _load_model(
     from reranker.core.base_models import BaseModelUnavailableError
     from reranker.core.errors import one_line
 
+    check_model(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     try:
         return GistReranker.read(ref, dtype and dtype.value, compressor, num_gist, max_item_tokens)
     except (ValueError, BaseModelUnavailableError) as exc:  # an unknown name or compressor, a k the ...

@@ -14,22 +14,21 @@ from typing import Annotated
 import typer
 
 from reranker.catalog.database import DEFAULT_URL
-from reranker.core.checkpoints import DEFAULT_MODEL, model_spec, split_spec
+from reranker.core.checkpoints import DEFAULT_MODEL, model_spec
 
 Port = Annotated[int, typer.Option(help="0 = pick a free port")]
 
 
-def _check_settings(spec: str) -> None:
-    """The reading settings of `spec` validated here, before tritonserver starts and loads the model."""
-    from pydantic import ValidationError
-
-    from reranker.core.config import GistConfig
+def _check_model(spec: str, option: str) -> None:
+    """`spec` resolved and its reading settings validated here, before tritonserver starts and loads the
+    model (`reranker.core.model_refs`, the check of every command that takes a model)."""
     from reranker.core.errors import one_line
+    from reranker.core.model_refs import check_model_ref
 
     try:
-        GistConfig.model_validate(split_spec(spec)[1])
-    except (ValidationError, ValueError) as exc:
-        raise typer.BadParameter(one_line(exc), param_hint="--model / --compressor / --num-gist") from None
+        check_model_ref(spec)
+    except ValueError as exc:
+        raise typer.BadParameter(one_line(exc), param_hint=option) from None
 
 
 def serve(
@@ -109,12 +108,15 @@ def serve(
     from reranker.serving.server import ServerError, ServerSettings, TritonServer
 
     spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
-    _check_settings(spec)
+    _check_model(spec, "--model / --compressor / --num-gist")
+    shadow = full_model and model_spec(full_model, max_item_tokens=max_item_tokens)
+    if shadow:
+        _check_model(shadow, "--shadow-model")
     server = TritonServer(
         ServerSettings(
             model_path=spec,
             catalog_url=catalog_url,
-            full_model_path=full_model and model_spec(full_model, max_item_tokens=max_item_tokens),
+            full_model_path=shadow,
             feast_online=feast_online,
             feast_dir=feast_dir,
             redis_url=redis_url,
