@@ -51,6 +51,7 @@ ESCI_LABELS = {"E": 3, "S": 2, "C": 1, "I": 0}
 
 _ITEMS_FILE, _QUERIES_FILE, _JUDGMENTS_FILE = "items.jsonl", "queries.jsonl", "judgments.jsonl"
 _COLLECTION_FILE = "collection.json"
+SET_FILES = (_ITEMS_FILE, _QUERIES_FILE, _JUDGMENTS_FILE, _COLLECTION_FILE)  # what save_jsonl writes
 _REQUIRED_COLUMNS = ("query_id", "query", "item_id", "label")
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 
