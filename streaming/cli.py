@@ -20,7 +20,13 @@ import typer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # model names resolve offline (reranker.core.base_models)
 
-from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError
+from reranker.catalog.database import (
+    DEFAULT_URL,
+    Catalog,
+    CatalogError,
+    check_catalog_file,
+    check_catalog_url,
+)
 from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 from reranker.core.checkpoints import DEFAULT_MODEL
 
@@ -48,7 +54,17 @@ class BlobDType(StrEnum):
     int8 = "int8"
 
 
-CatalogUrl = Annotated[str, typer.Option(help="SQLAlchemy URL of the catalog database")]
+def _catalog_url(url: str | None) -> str | None:
+    """A --catalog-url as given, refused when it is an SQLite file in a folder that does not exist."""
+    try:
+        return url and check_catalog_url(url)
+    except CatalogError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+CatalogUrl = Annotated[
+    str, typer.Option(callback=_catalog_url, help="SQLAlchemy URL of the catalog database")
+]
 BootstrapServers = Annotated[
     str | None, typer.Option(help="host:port[,…]; overrides $GISTRANK_KAFKA_BOOTSTRAP_SERVERS")
 ]
@@ -247,6 +263,7 @@ def consume(
         str | None,
         typer.Option(
             envvar="GISTRANK_CATALOG_URL",
+            callback=_catalog_url,
             help="check every event against this catalog (SQLAlchemy URL; the source of truth) and "
             "dead-letter what it does not back; unset: the change topic is trusted",
         ),
@@ -364,11 +381,12 @@ def catalog_load(
     catalog_url: CatalogUrl = DEFAULT_URL,
 ) -> None:
     """Import items (all or nothing); `publish` then emits their change events."""
+    try:
+        check_catalog_file(file)  # before the catalog is opened (or created): a bad file writes nothing
+    except CatalogError as exc:
+        raise typer.BadParameter(f"{file}: {exc}") from None
     with Catalog(catalog_url) as catalog:
-        try:
-            changed = catalog.load_jsonl(file)
-        except CatalogError as exc:
-            raise typer.BadParameter(f"{file}: {exc}") from None
+        changed = catalog.load_jsonl(file)
     typer.echo(f"{changed} items created or changed")
 
 
@@ -685,7 +703,12 @@ def kafka_acls(
     typer.echo(f"{count} ACLs in place for publisher={publisher}, consumer={consumer}, serving={serving}")
 
 
-main = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+main = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help=__doc__,
+    context_settings={"help_option_names": ["-h", "--help"]},  # as `gistrank`'s: -h beside --help
+)
 main.command()(publish)
 main.command()(consume)
 main.command()(materialize)

@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from reranker.core.errors import GistRankError
+from reranker.core.file_formats import not_jsonl_hint
 from reranker.core.render import content_hash, render_item
 
 Split = Literal["train", "dev", "test"]
@@ -405,7 +406,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         try:
             row = json.loads(raw)
         except json.JSONDecodeError as error:
-            raise RelevanceDataError(f"invalid JSON: {error.msg}", path=path, line=line) from error
+            problem = f"invalid JSON: {error.msg}{not_jsonl_hint(raw, line == 1)}"
+            raise RelevanceDataError(problem, path=path, line=line) from error
         if not isinstance(row, dict):
             problem = f"a row must be a JSON object, got {type(row).__name__}"
             raise RelevanceDataError(problem, path=path, line=line)
