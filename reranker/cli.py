@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +24,7 @@ from reranker.serving.cli import rerank, serve
 from streaming.cli import (
     StorageDType,
     catalog_app,
+    check_model,
     consume,
     dlq_app,
     kafka_acls,
@@ -124,6 +127,9 @@ def demo(
     ] = None,
 ) -> None:
     """The main job: catalog → Kafka → consumer → Feast → Triton reranking with shadow, then metrics."""
+    check_model(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    if shadow_model is not None:
+        check_model(shadow_model, "--shadow-model")
     if core:
         from reranker.demo.core import run_core_demo
 
@@ -153,6 +159,7 @@ def bench(
 ) -> None:
     """Candidates/s of online `score` vs full-context `score_full`, next to the ideal (j + ℓ)/ℓ, and
     the offline compression time per item."""
+    check_model(model)
     from reranker.bench.score import run_score_bench
 
     js = item_tokens or [256, 512, 1024]
@@ -172,6 +179,7 @@ def bench_packing(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_packing.json",
 ) -> None:
     """Training pairs/s with queries packed m per item row vs one row per pair, next to the ideal."""
+    check_model(model)
     from reranker.bench.packing import run_packing_bench
 
     ms = queries_per_item or [1, 2, 4, 8]
@@ -190,6 +198,7 @@ def bench_store(
     out: Annotated[Path, typer.Option(help="where the JSON result goes")] = RUNS / "bench_store.json",
 ) -> None:
     """Consumer items/s vs raw compress; Feast read latency (SQLite, Redis) vs raw Redis; blob bytes."""
+    check_model(model)
     from reranker.bench.store import run_store_bench
 
     run_store_bench(
@@ -216,6 +225,7 @@ def bench_training(
 ) -> None:
     """Training pairs per CPU-second: back-propagating through every item position (LoRA body) vs gists
     over a frozen reader's cached item K/V vs a reader adapter over stored units, same lists, side by side."""
+    check_model(model)
     from reranker.bench.training import run_training_bench
 
     run_training_bench(
@@ -250,6 +260,7 @@ def bench_serving(
 ) -> None:
     """End-to-end latency over HTTP and gRPC (hit / Feast / recompute paths) vs in-process score(), and
     saturated throughput (candidates/s) through Triton vs in-process score()."""
+    check_model(model)
     from reranker.bench.serving import run_serving_bench
 
     run_serving_bench(
@@ -286,6 +297,32 @@ def _load_data(data: str, seed: int, products: int, max_item_tokens: int):  # ->
         raise typer.BadParameter(str(exc), param_hint="--data") from exc
 
 
+Overwrite = Annotated[bool, typer.Option(help="replace the relevance set already in --out")]
+_IMPORT_SUMMARY = "import.json"  # import-trec's counts, beside the set it describes
+
+
+def _check_set_out(out: Path, overwrite: bool) -> None:
+    """--out of a data import, checked before any input is read: a new or empty folder, or with
+    --overwrite a relevance set written before (its files only). So `--out .` never scatters a set's
+    files among others, and a set is never replaced silently."""
+    from reranker.data.relevance_data import SET_FILES
+
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} is a file: give a new or empty folder", param_hint="--out")
+    entries = sorted(entry.name for entry in out.iterdir()) if out.is_dir() else []
+    others = [name for name in entries if name not in {*SET_FILES, _IMPORT_SUMMARY}]
+    if others:
+        listed = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        message = f"{out} holds other files ({listed}): give a new or empty folder"
+        raise typer.BadParameter(message, param_hint="--out")
+    if entries and not overwrite:
+        raise typer.BadParameter(
+            f"{out} already holds a relevance set: pass --overwrite to replace it, or give a new or empty "
+            "folder",
+            param_hint="--out",
+        )
+
+
 @data_app.command(name="import-trec")
 def data_import_trec(
     docs: Annotated[Path, typer.Option(help="JSONL: {docno, title, text} or Pyserini's {id, contents}")],
@@ -309,6 +346,7 @@ def data_import_trec(
     dedupe: Annotated[
         bool, typer.Option(help="merge repeated (topic, doc) qrels lines, keeping the higher label")
     ] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """A relevance set from a TREC collection: documents, topics, qrels (labels on any 0–n scale).
 
@@ -326,6 +364,7 @@ def data_import_trec(
 
     if query_field not in ("title", "desc"):
         raise typer.BadParameter("must be title or desc", param_hint="--query-field")
+    _check_set_out(out, overwrite)
     start = time.perf_counter()
     try:
         result = import_trec(docs, topics, qrels, query_field, candidates, splits, dedupe)  # type: ignore[arg-type]
@@ -348,6 +387,7 @@ def data_import_file(
         bool, typer.Option(help="merge repeated (query, item) rows, keeping the higher label")
     ] = False,
     default_split: Annotated[str, typer.Option(help="split of rows without a split column")] = "test",
+    overwrite: Overwrite = False,
 ) -> None:
     """A relevance set directory from a flat file (what --data FILE reads), with label mapping and
     duplicate merging that --data FILE does not do."""
@@ -356,6 +396,7 @@ def data_import_file(
 
     if default_split not in SPLITS:
         raise typer.BadParameter(f"must be one of {', '.join(SPLITS)}", param_hint="--default-split")
+    _check_set_out(out, overwrite)
     try:
         relevance = load_relevance_file(
             path,
@@ -365,6 +406,7 @@ def data_import_file(
         )
     except GistRankError as exc:
         raise typer.BadParameter(str(exc), param_hint="PATH") from exc
+    (out / _IMPORT_SUMMARY).unlink(missing_ok=True)  # a replaced TREC import's counts describe another set
     relevance.save_jsonl(out)
     typer.echo(f"{len(relevance.queries)} queries, {len(relevance.items)} items; wrote {out}")
 
@@ -405,6 +447,7 @@ def train(
     ] = None,
 ) -> None:
     """Train the full-context teacher or the gist student (each ingredient a TrainConfig switch)."""
+    check_model(model)
     from pydantic import ValidationError
 
     from reranker.core.config import GistConfig, resolve_dtype, template_for
@@ -505,6 +548,9 @@ def train_gists(
 ) -> None:
     """Train gists over a frozen reader: its item K/V computed once, the gists and their adapter
     distilled list-wise to its full-context scores (reranker/training/frozen_reader.py)."""
+    check_model(reader, "--reader")
+    if init_from is not None:
+        check_model(init_from, "--init-from")
     from pydantic import ValidationError
 
     from reranker.training.frozen_reader import FrozenGistConfig, FrozenGistTrainer
@@ -694,6 +740,8 @@ def probe(
 ) -> None:
     """Per layer: how much of the item reaches the student's query (item share, centered gap), how much
     its gists vary with the item, sinks. `--fresh-gists 8 1 --student TEACHER` = a warm start's step 0."""
+    check_model(teacher, "--teacher")
+    check_model(student, "--student")
     from reranker.evaluation.probe import probe_states
 
     relevance = _load_data(data, seed, products, max_item_tokens)
@@ -712,19 +760,40 @@ def probe(
         raise typer.BadParameter(str(exc)) from exc
 
 
+def _finite(low: float, high: float = math.inf) -> Callable[[str], float]:
+    """A float option's parser: a finite number in [low, high]. inf and nan are refused as what they are
+    (`plan --qps inf` would print inf GB/s and nan TFLOP/s; nan compares false with any bound)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"{text} must be a finite number")
+        if not low <= value <= high:
+            bound = f"≥ {low:g}" if value < low else f"≤ {high:g}"
+            raise typer.BadParameter(f"{text} must be {bound}")
+        return value
+
+    return parse
+
+
 @app.command()
 def plan(
     items: Annotated[int, typer.Option(min=1, help="catalog size")],
-    qps: Annotated[float, typer.Option(min=0, help="queries per second")],
+    qps: Annotated[float, typer.Option(parser=_finite(0), help="queries per second")],
     candidates: Annotated[int, typer.Option(min=1, help="candidates reranked per query")],
     model: Annotated[str, typer.Option(help="model reference (alias, folder, REF?settings)")] = DEFAULT_MODEL,
     storage_dtype: StorageDType = None,
     hit_ratio: Annotated[
-        float, typer.Option(min=0, max=1, help="share of lookups served from the store")
+        float, typer.Option(parser=_finite(0, 1), help="share of lookups served from the store")
     ] = 1.0,
-    shard_gib: Annotated[float, typer.Option(min=0.001, help="memory per Redis Cluster master, GiB")] = 64.0,
+    shard_gib: Annotated[
+        float, typer.Option(parser=_finite(0.001), help="memory per Redis Cluster master, GiB")
+    ] = 64.0,
     shard_fill: Annotated[
-        float, typer.Option(min=0.001, max=1, help="share of that memory given to K/V")
+        float, typer.Option(parser=_finite(0.001, 1), help="share of that memory given to K/V")
     ] = 0.75,
     query_tokens: Annotated[int, typer.Option(min=1, help="ℓ online tokens per candidate")] = 32,
     item_tokens: Annotated[
@@ -732,15 +801,18 @@ def plan(
     ] = None,
     consumer_items_per_s: Annotated[
         float | None,
-        typer.Option(min=0.001, help="one consumer's items/s (default: measured here on made-up items)"),
+        typer.Option(
+            parser=_finite(0.001), help="one consumer's items/s (default: measured here on made-up items)"
+        ),
     ] = None,
     consumers: Annotated[int, typer.Option(min=1, help="consumer processes for the backfill")] = 1,
     window_hours: Annotated[
-        float, typer.Option(min=0.001, help="backfill window to size consumers for")
+        float, typer.Option(parser=_finite(0.001), help="backfill window to size consumers for")
     ] = 24.0,
 ) -> None:
     """Capacity: K/V bytes per item (the codec's real blob), store size and Redis shards, fetch
     bytes/s, online FLOPs/s, backfill hours and consumers — from the model's own config."""
+    check_model(model)
     from rich.console import Console
     from rich.table import Table
 
@@ -858,6 +930,11 @@ def evaluate(
         raise typer.BadParameter(
             f"{split!r} has no queries in this set; it has {present}", param_hint="--split"
         )
+    # the data's own mistakes first (a cheap read), then the models', before any is loaded
+    check_model(teacher, "--teacher")
+    for option, refs in (("--student", student), ("--shadow-model", shadow_model)):
+        for ref in refs or ():
+            check_model(ref, option)
     result = run_eval(
         relevance,
         teacher,

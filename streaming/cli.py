@@ -20,7 +20,13 @@ import typer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # model names resolve offline (reranker.core.base_models)
 
-from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError
+from reranker.catalog.database import (
+    DEFAULT_URL,
+    Catalog,
+    CatalogError,
+    check_catalog_file,
+    check_catalog_url,
+)
 from reranker.catalog.kafka_settings import (
     BrokerUnreachableError,
     KafkaSettings,
@@ -54,7 +60,17 @@ class BlobDType(StrEnum):
     int8 = "int8"
 
 
-CatalogUrl = Annotated[str, typer.Option(help="SQLAlchemy URL of the catalog database")]
+def _catalog_url(url: str | None) -> str | None:
+    """A --catalog-url as given, refused when it is an SQLite file in a folder that does not exist."""
+    try:
+        return url and check_catalog_url(url)
+    except CatalogError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+CatalogUrl = Annotated[
+    str, typer.Option(callback=_catalog_url, help="SQLAlchemy URL of the catalog database")
+]
 BootstrapServers = Annotated[
     str | None, typer.Option(help="host:port[,…]; overrides $GISTRANK_KAFKA_BOOTSTRAP_SERVERS")
 ]
@@ -144,21 +160,18 @@ def _kafka_logs(verbose: bool) -> None:
     kafka_log.propagate = asked
 
 
-def check_model_name(ref: str) -> None:
-    """A misspelled --model found without loading anything (torch included), so that it is a usage error
-    even though the broker is asked before the model is loaded: the name is a preset, a checkpoint, the
-    default base or a folder. Its reading settings are checked when the model is loaded."""
-    from reranker.core.base_models import DEFAULT_BASE, BaseModelUnavailableError, resolve_base
-    from reranker.core.checkpoints import PRESETS, is_checkpoint
+def check_model(ref: str | Path, option: str = "--model", **settings: int | str | None) -> None:
+    """The model reference of `option` (with the command's reading `settings` over its own) checked before
+    anything heavy, as one usage line (`reranker.core.model_refs`): the one check of every command that
+    takes a model."""
+    from reranker.core.checkpoints import model_spec
     from reranker.core.errors import one_line
+    from reranker.core.model_refs import check_model_ref
 
-    name = ref.partition("?")[0]
-    if name in PRESETS or name == DEFAULT_BASE or is_checkpoint(name):
-        return
     try:
-        resolve_base(name)  # a folder or, with the Hub allowed, a Hub id: looked up, not loaded
-    except BaseModelUnavailableError as exc:
-        raise typer.BadParameter(one_line(exc), param_hint="--model") from None
+        check_model_ref(model_spec(ref, **settings))
+    except ValueError as exc:
+        raise typer.BadParameter(one_line(exc), param_hint=option) from None
 
 
 def _load_model(
@@ -173,6 +186,7 @@ def _load_model(
     from reranker.core.base_models import BaseModelUnavailableError
     from reranker.core.errors import one_line
 
+    check_model(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     try:
         return GistReranker.read(ref, dtype and dtype.value, compressor, num_gist, max_item_tokens)
     except (ValueError, BaseModelUnavailableError) as exc:  # an unknown name or compressor, a k the ...
@@ -290,6 +304,7 @@ def consume(
         str | None,
         typer.Option(
             envvar="GISTRANK_CATALOG_URL",
+            callback=_catalog_url,
             help="check every event against this catalog (SQLAlchemy URL; the source of truth) and "
             "dead-letter what it does not back; unset: the change topic is trusted",
         ),
@@ -318,8 +333,8 @@ def consume(
     settings = _settings(bootstrap_servers)
     if metrics_port is not None:  # before the model loads, as every check of the options
         ensure_free(metrics_address, {"--metrics-port": metrics_port})
-    # a misspelled model name fails at once (exit 2), a down broker in seconds (exit 1): before the load
-    check_model_name(model)
+    # a misspelled model fails at once (exit 2), a down broker in seconds (exit 1): before the load
+    check_model(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     require_broker(settings, verbose)
     from streaming.consumer import ForeignGroupError, GistConsumer
 
@@ -410,11 +425,12 @@ def catalog_load(
     catalog_url: CatalogUrl = DEFAULT_URL,
 ) -> None:
     """Import items (all or nothing); `publish` then emits their change events."""
+    try:
+        check_catalog_file(file)  # before the catalog is opened (or created): a bad file writes nothing
+    except CatalogError as exc:
+        raise typer.BadParameter(f"{file}: {exc}") from None
     with Catalog(catalog_url) as catalog:
-        try:
-            changed = catalog.load_jsonl(file)
-        except CatalogError as exc:
-            raise typer.BadParameter(f"{file}: {exc}") from None
+        changed = catalog.load_jsonl(file)
     typer.echo(f"{changed} items created or changed")
 
 
@@ -517,7 +533,7 @@ def catalog_reconcile(
     settings = _settings(bootstrap_servers) if publish else None
     if settings is not None:
         if fingerprint is None:
-            check_model_name(model)
+            check_model(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
         require_broker(settings, verbose)
     store = _open_store(
         _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens),
@@ -792,7 +808,12 @@ def kafka_acls(
     typer.echo(f"{count} ACLs in place for publisher={publisher}, consumer={consumer}, serving={serving}")
 
 
-main = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+main = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help=__doc__,
+    context_settings={"help_option_names": ["-h", "--help"]},  # as `gistrank`'s: -h beside --help
+)
 main.command()(publish)
 main.command()(consume)
 main.command()(materialize)

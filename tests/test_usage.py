@@ -19,6 +19,8 @@ import pytest
 pytestmark = pytest.mark.usage
 
 MODEL = "gistrank-base-ql-prefix64"
+PLAN = ["--items", "9", "--qps", "1", "--candidates", "5"]
+TREC = ["--docs", "{sgml}", "--topics", "{sgml}", "--qrels", "{qrels}"]
 BAD = [  # (arguments, what the error line must say)
     (["plan", "--items", "0", "--qps", "10", "--candidates", "10"], "'--items': Input should be greater"),
     (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--consumer-items-per-s", "-1"], "0.001"),
@@ -57,6 +59,45 @@ BAD = [  # (arguments, what the error line must say)
     (["serve", "--grpc-port", "-1"], "'--grpc-port': Input should be greater than or equal to 0"),
     (["serve", "--metrics-port", "65536"], "'--metrics-port'"),
     (["consume", "--metrics-port", "0"], "'--metrics-port': Input should be greater than or equal to 1"),
+    # issue 51, model references (one check, one message, before anything loads), outputs, input files
+    (["plan", *PLAN, "--model", "gistrank-base-ql-prefx64"], "did you mean gistrank-base-ql-prefix64?"),
+    (["plan", *PLAN, "--model", "./ckpt/"], "'./ckpt/' is not a known name or a local folder"),
+    (["plan", *PLAN, "--model", "{dir}"], "neither a GistRank checkpoint (gistrank.json) nor"),
+    (["eval", "--teacher", "gistrank-teacher-lor", "--student", "s"], "did you mean gistrank-teacher-lora?"),
+    (["eval", "--teacher", "gistrank-teacher-lora", "--shadow-model", "./ckpt/"], "--shadow-model"),
+    (["train", "--out", "run", "--model", "smollm2-135m"], "did you mean smollm2-135m-instruct?"),
+    (["train-gists", "--out", "run", "--reader", "./ckpt/"], "'./ckpt/' is not a known name"),
+    (["train-gists", "--out", "run", "--reader", f"{MODEL}?num_gist=0"], "num_gist: Input should be"),
+    (["bench", "--model", "gistrank-ql-k5"], "did you mean gistrank-ql-k4?"),
+    (["bench-store", "--model", "./ckpt/"], "'./ckpt/' is not a known name"),
+    (["serve", "--model", "gistrank-hybrid-t32-k9"], "did you mean gistrank-hybrid-t32-k8?"),
+    (["serve", "--shadow-model", "./ckpt/"], "--shadow-model"),
+    (["demo", "--model", "./ckpt/"], "'./ckpt/' is not a known name"),
+    (["probe", "--teacher", "gistrank-teacher-lora", "--student", "./ckpt/"], "--student"),
+    (["materialize", "--model", "gistrank-ql-k5"], "did you mean gistrank-ql-k4?"),
+    (["rollout", "gc", "--model", "./ckpt/"], "'./ckpt/' is not a known name"),
+    (["data", "import-file", "{labels}", "--out", "{file}"], "is a file: give a new or empty folder"),
+    (
+        ["data", "import-file", "{labels}", "--out", "{dir}/.."],
+        "holds other files",
+    ),  # `--out .` in a busy folder
+    (["data", "import-file", "{labels}", "--out", "{set}"], "pass --overwrite to replace it"),
+    (["data", "import-trec", *TREC, "--out", "{set}"], "pass --overwrite to replace it"),
+    (["data", "import-trec", *TREC, "--out", "new"], "this looks like TREC SGML (<DOC>)"),
+    (["plan", "--items", "9", "--qps", "inf", "--candidates", "5"], "inf must be a finite number"),
+    (["plan", "--items", "9", "--qps", "nan", "--candidates", "5"], "nan must be a finite number"),
+    (["plan", *PLAN, "--hit-ratio", "nan"], "'--hit-ratio': nan must be a finite number"),
+    (["plan", "--items", "1e20", "--qps", "1", "--candidates", "5"], "'--items'"),
+    (["catalog", "load", "{empty}"], "no items: the file is empty"),
+    (
+        ["catalog", "load", "{csv}"],
+        "expected JSON Lines (one JSON object per line), this looks like CSV (header 'a,b,c')",
+    ),
+    (["catalog", "load", "{sgml}"], "this looks like TREC SGML (<DOC>)"),
+    (["publish", "--file", "{csv}"], "this looks like CSV (header 'a,b,c')"),
+    (["eval", "--teacher", "t", "--student", "s", "--data", "{csv}"], "this looks like CSV (header 'a,b,c')"),
+    (["catalog", "load", "{file}", "--catalog-url", "sqlite:///nodir/x.db"], "nodir does not exist"),
+    (["consume", "--catalog-url", "sqlite:///nodir/x.db"], "nodir does not exist"),
 ]
 
 
@@ -70,8 +111,17 @@ def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
     (given / "file.jsonl").write_text('{"item_id": "a"}\n')
     row = {"query_id": "q1", "query": "usb-c charger", "item_id": "i1", "title": "A charger", "label": 10**6}
     (given / "labels.jsonl").write_text(json.dumps(row) + "\n")
+    (given / "empty.jsonl").write_text("")
+    (given / "table.jsonl").write_text("a,b,c\n1,2,3\n")
+    (given / "docs.jsonl").write_text("<DOC>\n<DOCNO> AP890101-0001 </DOCNO>\n</DOC>\n")
+    (given / "qrels.txt").write_text("1 0 AP890101-0001 1\n")
+    (given / "set").mkdir()
+    for name in ("items.jsonl", "queries.jsonl", "judgments.jsonl"):
+        (given / "set" / name).write_text("")
     before = sorted((p, p.stat().st_mtime_ns) for p in given.rglob("*"))
     names = {"dir": given / "folder", "file": given / "file.jsonl", "labels": given / "labels.jsonl"}
+    names |= {"empty": given / "empty.jsonl", "csv": given / "table.jsonl", "sgml": given / "docs.jsonl"}
+    names |= {"set": given / "set", "qrels": given / "qrels.txt"}
     args = [arg.format(**names) for arg in args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GISTRANK_", "HF_HUB_OFFLINE"))}
     env |= {"GISTRANK_HOME": str(home), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
@@ -183,3 +233,62 @@ def test_one_port_given_to_two_endpoints_is_one_line(tmp_path: Path) -> None:
     result, _ = _gistrank(["serve", "--http-port", port, "--metrics-port", port], tmp_path, tmp_path / "home")
     errors = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
     assert result.returncode == 2 and len(errors) == 1 and f"{port} is --http-port too" in errors[0], errors
+
+
+# issue 51: what the BAD table cannot show (a command that succeeds, a second run)
+def test_an_import_replaces_a_relevance_set_only_with_overwrite(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from reranker.cli import app
+    from reranker.data.relevance_data import RelevanceSet
+
+    row = {"query_id": "q1", "query": "usb-c charger", "item_id": "i1", "title": "A charger", "label": 2}
+    source, out = tmp_path / "labels.jsonl", tmp_path / "set"
+    source.write_text(json.dumps(row) + "\n")
+    args = ["data", "import-file", str(source), "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    (out / "import.json").write_text("{}\n")  # a TREC import's counts, from the set this one replaces
+    source.write_text(json.dumps(row | {"label": 3}) + "\n")
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "--overwrite" in refused.output
+    assert RelevanceSet.load_jsonl(out).candidates("q1") == [("i1", 2)]  # untouched
+    assert CliRunner().invoke(app, [*args, "--overwrite"]).exit_code == 0
+    assert RelevanceSet.load_jsonl(out).candidates("q1") == [("i1", 3)]
+    assert sorted(p.name for p in out.iterdir()) == ["items.jsonl", "judgments.jsonl", "queries.jsonl"]
+
+
+def test_a_byte_order_mark_is_skipped_in_catalog_and_event_files(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from reranker.catalog.publisher import check_event_file
+    from streaming.cli import main as streaming_app
+
+    bom = b"\xef\xbb\xbf"
+    item = {"item_id": "a", "title": "A charger", "attributes": {}, "description": ""}
+    (tmp_path / "items.jsonl").write_bytes(bom + json.dumps(item).encode() + b"\n")
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    result = CliRunner().invoke(
+        streaming_app, ["catalog", "load", str(tmp_path / "items.jsonl"), "--catalog-url", url]
+    )
+    assert result.exit_code == 0 and "1 items created" in result.output, result.output
+    event = {
+        "op": "upsert",
+        "item_id": "a",
+        "version": 1,
+        "timestamp": "2024-01-01T00:00:00Z",
+        "fields": item,
+    }
+    del event["fields"]["item_id"]
+    (tmp_path / "events.jsonl").write_bytes(bom + json.dumps(event).encode() + b"\n")
+    check_event_file(tmp_path / "events.jsonl")  # raises EventFileError on a line it refuses
+
+
+def test_python_m_streaming_cli_takes_h() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "streaming.cli", "catalog", "load", "-h"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout and "--catalog-url" in result.stdout

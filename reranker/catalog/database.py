@@ -49,7 +49,8 @@ from reranker.catalog.events import (
     strict_json_loads,
     validation_reason,
 )
-from reranker.core.home import default_catalog_url
+from reranker.core.file_formats import BOM, not_jsonl_hint
+from reranker.core.home import default_catalog_url, home
 from reranker.core.render import content_hash
 
 DEFAULT_URL = default_catalog_url()  # $GISTRANK_HOME/catalog.db, read when this module is imported
@@ -167,19 +168,10 @@ class Catalog:
         Returns how many items were created or changed. A bad line raises `CatalogError` naming its
         line number and nothing is applied. Blank lines are skipped; an id twice in one file is an error.
         """
-        first_line: dict[str, int] = {}
-        with self._sessions.begin() as session, open(path, "rb") as lines:
+        with self._sessions.begin() as session:
             first = last = _lock_sequence(session)
             batch: list[tuple[str, ItemFields]] = []
-            for number, raw in enumerate(lines, start=1):
-                if not raw.strip():
-                    continue
-                item_id, fields = _parse_line(raw, number)
-                if item_id in first_line:
-                    raise CatalogError(
-                        f"line {number}: item_id {item_id!r} already on line {first_line[item_id]}"
-                    )
-                first_line[item_id] = number
+            for item_id, fields in _catalog_lines(path):
                 batch.append((item_id, fields))
                 if len(batch) == BATCH:
                     last = _apply_batch(session, batch, last)
@@ -297,6 +289,20 @@ class Catalog:
             after = rows[-1].version
 
 
+def check_catalog_url(url: str) -> str:
+    """`url`, unless it names an SQLite file in a folder that does not exist outside $GISTRANK_HOME (the
+    state folder, created on demand): a mistyped folder given on a command line is refused
+    (`CatalogError`), where opening the catalog would create it."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return url
+    folder = Path(database).resolve().parent
+    if not folder.is_dir() and not folder.is_relative_to(home()):
+        raise CatalogError(f"catalog {url}: the folder {folder} does not exist")
+    return url
+
+
 def _make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -347,13 +353,39 @@ def _valid_fields(title: str, attributes: dict[str, Any], description: str) -> I
         raise CatalogError(validation_reason(exc)) from None
 
 
+def check_catalog_file(path: str | Path) -> int:
+    """Every line of a catalog file valid, as `Catalog.load_jsonl` reads them, and at least one item:
+    the number of items, else `CatalogError` naming the first bad line. For a check before a catalog is
+    opened (and so created): a bad or empty file then writes nothing."""
+    count = sum(1 for _ in _catalog_lines(path))
+    if not count:
+        raise CatalogError("no items: the file is empty (one JSON object per line expected)")
+    return count
+
+
+def _catalog_lines(path: str | Path) -> Iterator[tuple[str, ItemFields]]:
+    """(item_id, fields) of each non-blank line; an id twice is an error naming both lines."""
+    first_line: dict[str, int] = {}
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            item_id, fields = _parse_line(raw.removeprefix(BOM) if number == 1 else raw, number)
+            if item_id in first_line:
+                raise CatalogError(
+                    f"line {number}: item_id {item_id!r} already on line {first_line[item_id]}"
+                )
+            first_line[item_id] = number
+            yield item_id, fields
+
+
 def _parse_line(raw: bytes, number: int) -> tuple[str, ItemFields]:
     try:
         record = strict_json_loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise CatalogError(f"line {number}: not valid UTF-8 (byte {exc.start})") from None
     except ValueError as exc:
-        raise CatalogError(f"line {number}: invalid JSON: {exc}") from None
+        raise CatalogError(f"line {number}: invalid JSON: {exc}{not_jsonl_hint(raw, number == 1)}") from None
     if not isinstance(record, dict):
         raise CatalogError(f"line {number}: expected a JSON object, got {type(record).__name__}")
     if "item_id" not in record:

@@ -23,6 +23,7 @@ from reranker.catalog.events import (
     strict_json_loads,
 )
 from reranker.catalog.kafka_settings import KafkaSettings
+from reranker.core.file_formats import BOM, not_jsonl_hint
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -105,14 +106,15 @@ def read_event_file(path: str | Path) -> Iterator[ChangeEvent]:
     """
     with open(path, "rb") as lines:
         for number, raw in enumerate(lines, start=1):
-            line = raw.rstrip(b"\r\n")
+            line = raw.rstrip(b"\r\n").removeprefix(BOM if number == 1 else b"")
             if not line.strip():
                 continue
             try:
                 # The publisher sets the key to the event's item_id, so that is the key to validate with.
                 yield decode_event(_peek_item_id(line), line)
             except InvalidEventError as exc:
-                raise EventFileError(f"{path}: line {number}: {exc.reason}") from None
+                hint = not_jsonl_hint(line, number == 1) if exc.code == "invalid_json" else ""
+                raise EventFileError(f"{path}: line {number}: {exc.reason}{hint}") from None
 
 
 def _peek_item_id(line: bytes) -> bytes | None:

@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from reranker.core.errors import GistRankError
+from reranker.core.file_formats import not_jsonl_hint
 from reranker.core.render import content_hash, render_item
 
 Split = Literal["train", "dev", "test"]
@@ -51,6 +52,7 @@ ESCI_LABELS = {"E": 3, "S": 2, "C": 1, "I": 0}
 
 _ITEMS_FILE, _QUERIES_FILE, _JUDGMENTS_FILE = "items.jsonl", "queries.jsonl", "judgments.jsonl"
 _COLLECTION_FILE = "collection.json"
+SET_FILES = (_ITEMS_FILE, _QUERIES_FILE, _JUDGMENTS_FILE, _COLLECTION_FILE)  # what save_jsonl writes
 _REQUIRED_COLUMNS = ("query_id", "query", "item_id", "label")
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
 
@@ -404,7 +406,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         try:
             row = json.loads(raw)
         except json.JSONDecodeError as error:
-            raise RelevanceDataError(f"invalid JSON: {error.msg}", path=path, line=line) from error
+            problem = f"invalid JSON: {error.msg}{not_jsonl_hint(raw, line == 1)}"
+            raise RelevanceDataError(problem, path=path, line=line) from error
         if not isinstance(row, dict):
             problem = f"a row must be a JSON object, got {type(row).__name__}"
             raise RelevanceDataError(problem, path=path, line=line)

@@ -52,6 +52,7 @@ from typing import Literal
 import numpy as np
 from tqdm.auto import tqdm
 
+from reranker.core.file_formats import not_jsonl_hint
 from reranker.data.relevance_data import (
     SPLITS,
     CollectionStats,
@@ -464,7 +465,8 @@ def _json_rows(path: Path, progress: bool = False, desc: str = "") -> Iterator[t
             except UnicodeDecodeError as error:
                 raise RelevanceDataError(f"not UTF-8 text ({error.reason})", path=path, line=line) from error
             except json.JSONDecodeError as error:
-                raise RelevanceDataError(f"invalid JSON: {error.msg}", path=path, line=line) from error
+                problem = f"invalid JSON: {error.msg}{not_jsonl_hint(raw, line == 1)}"
+                raise RelevanceDataError(problem, path=path, line=line) from error
             if not isinstance(row, dict):
                 problem = f"a row must be a JSON object, got {type(row).__name__}"
                 raise RelevanceDataError(problem, path=path, line=line)

@@ -167,7 +167,7 @@ def plan(
         if consumer_items_per_s is None
         else math.ceil(items / (consumer_items_per_s * window_hours * 3600))
     )
-    return Plan(
+    result = Plan(
         items=items,
         qps=qps,
         candidates=candidates,
@@ -186,6 +186,10 @@ def plan(
         consumers_for_window=needed,
         window_hours=window_hours,
     )
+    rates = (result.fetch_bytes_per_s, result.online_flops_per_s, result.recompute_flops_per_s)
+    if not all(math.isfinite(rate) for rate in rates):  # inf GB/s, nan TFLOP/s: no plan at all
+        raise ValueError(f"qps × candidates = {qps * candidates:g} overflows the plan's rates: give fewer")
+    return result
 
 
 def measure_items_per_s(model: GistReranker, item_tokens: int, items: int = 16) -> float:

@@ -14,21 +14,20 @@ from typing import Annotated
 import typer
 
 from reranker.catalog.database import DEFAULT_URL
-from reranker.core.checkpoints import DEFAULT_MODEL, model_spec, split_spec
+from reranker.core.checkpoints import DEFAULT_MODEL, model_spec
 from reranker.serving.ports import ensure_free, port_option
 
 
-def _check_settings(spec: str) -> None:
-    """The reading settings of `spec` validated here, before tritonserver starts and loads the model."""
-    from pydantic import ValidationError
-
-    from reranker.core.config import GistConfig
+def _check_model(spec: str, option: str) -> None:
+    """`spec` resolved and its reading settings validated here, before tritonserver starts and loads the
+    model (`reranker.core.model_refs`, the check of every command that takes a model)."""
     from reranker.core.errors import one_line
+    from reranker.core.model_refs import check_model_ref
 
     try:
-        GistConfig.model_validate(split_spec(spec)[1])
-    except (ValidationError, ValueError) as exc:
-        raise typer.BadParameter(one_line(exc), param_hint="--model / --compressor / --num-gist") from None
+        check_model_ref(spec)
+    except ValueError as exc:
+        raise typer.BadParameter(one_line(exc), param_hint=option) from None
 
 
 def serve(
@@ -107,22 +106,24 @@ def serve(
     from reranker.serving.server import ServerError, ServerSettings, TritonServer
 
     ensure_free(host, {"--http-port": http_port, "--grpc-port": grpc_port, "--metrics-port": metrics_port})
+    spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    _check_model(spec, "--model / --compressor / --num-gist")
+    shadow = full_model and model_spec(full_model, max_item_tokens=max_item_tokens)
+    if shadow:
+        _check_model(shadow, "--shadow-model")
     if kafka_bootstrap_servers:  # a wrong address fails now, not at the first recompute's refresh request
         from reranker.catalog.kafka_settings import KafkaSettings
-        from streaming.cli import check_model_name, require_broker
+        from streaming.cli import require_broker
 
-        check_model_name(model)  # a typo stays a usage error; the settings are checked after the broker
         settings = KafkaSettings.from_env(bootstrap_servers=kafka_bootstrap_servers)
         require_broker(
             settings, verbose=False, how="--bootstrap-servers (or leave it out: no refresh requests)"
         )
-    spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
-    _check_settings(spec)
     server = TritonServer(
         ServerSettings(
             model_path=spec,
             catalog_url=catalog_url,
-            full_model_path=full_model and model_spec(full_model, max_item_tokens=max_item_tokens),
+            full_model_path=shadow,
             feast_online=feast_online,
             feast_dir=feast_dir,
             redis_url=redis_url,
