@@ -132,6 +132,8 @@ class ItemKVCache:
     `folder`/<reader fingerprint>/ as codec blobs stamped with that fingerprint (checked on read).
     `memory_items` bounds what stays in RAM (~2·L·H_kv·h·j·b bytes an item)."""
 
+    desc = "item K/V (frozen reader)"  # what the progress bar of `fill` counts
+
     def __init__(self, reader: GistReranker, folder: Path | None = None, memory_items: int = 256) -> None:
         self.reader, self.memory_items = reader, memory_items
         self.fingerprint = reader.fingerprint
@@ -184,7 +186,7 @@ class ItemKVCache:
         """Compute every text's unit not yet held or on disk, `chunk` at a time (so that RAM holds at
         most `memory_items` of them), with a progress bar."""
         todo = [t for t in dict.fromkeys(texts) if t not in self.held and not self._exists(t)]
-        with tqdm(total=len(todo), desc="item K/V (frozen reader)", disable=not progress) as bar:
+        with tqdm(total=len(todo), desc=self.desc, disable=not progress) as bar:
             for start in range(0, len(todo), chunk):
                 part = todo[start : start + chunk]
                 self.get(part)

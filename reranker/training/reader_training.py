@@ -93,6 +93,8 @@ class Example(NamedTuple):
 class StoredUnits(ItemKVCache):
     """The store's unit of each item, as its compressor writes it (what serving reads), computed once."""
 
+    desc = "stored units"
+
     def units(self, texts: list[str], batch_size: int = 8) -> list[GistKV]:
         return self.reader.compress(texts, batch_size)
 
