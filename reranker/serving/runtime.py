@@ -183,7 +183,11 @@ class GistRuntime:
         )
         self.shadow = ShadowSampler(params.shadow_rate, score_full) if params.shadow_rate > 0 else None
         self.service = GistService(model, lookup, self.shadow, params.max_candidates)
-        logger.info("gist_reranker ready: fingerprint %s", model.fingerprint)
+        logger.info(
+            "gist_reranker ready: store fingerprint %s, reader %s",
+            model.fingerprint,
+            model.reader_fingerprint,
+        )
 
     def close(self) -> None:
         if self.shadow is not None:
