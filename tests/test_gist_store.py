@@ -367,33 +367,27 @@ def test_a_feast_config_is_used_as_written_or_not_at_all(tmp_path: Path) -> None
         GistStore(online="redis", config=config, fingerprint=FP_A)
 
 
-def test_rollout_status_and_gc_commands(tmp_path: Path) -> None:
+def test_rollout_status_and_gc_commands(two_views: TwoViews, tmp_path: Path) -> None:
     """`gistrank rollout status` reports each model's view against the live catalog and exits 0 only once
     the asked model covers every item at its catalog version; `rollout gc` drops the other views."""
     from typer.testing import CliRunner
 
-    from reranker.catalog.database import Catalog
     from reranker.cli import app
 
-    catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    with Catalog(catalog_url) as catalog:
-        versions = {i: catalog.upsert(i, f"item {i}", {}, "text").version for i in ("x", "y", "z")}
-    store_a = GistStore(tmp_path / "feast", fingerprint=FP_A)
-    store_a.apply()
-    store_a.write([row(i, version=v) for i, v in versions.items()])
-    store_b = store_a.for_model(FP_B)
-    store_b.apply()
-    store_b.write([row(i, version=versions[i], fingerprint=FP_B) for i in ("x", "y")])
-    feast = ["--feast-dir", str(tmp_path / "feast")]
+    store_a, store_b, versions = two_views.a, two_views.b, two_views.versions
+    catalog_url, feast = two_views.options[1], two_views.options[2:]
 
     def rollout(*args: str) -> tuple[int, str]:
         result = CliRunner().invoke(app, ["rollout", *args, *feast])
         return result.exit_code, result.output
 
     # cannot tell (exit 3), writing nothing: no catalog there, a model without a view, no store there
-    missing_catalog = tmp_path / "nowhere" / "catalog.db"
+    missing_catalog = tmp_path / "missing.db"
     code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", f"sqlite:///{missing_catalog}")
-    assert code == 3 and "no catalog at" in out and not missing_catalog.parent.exists(), out
+    assert code == 3 and "no catalog at" in out and not missing_catalog.exists(), out
+    nowhere = tmp_path / "nowhere" / "catalog.db"  # a folder that is not there: a usage error, nothing made
+    code, out = rollout("status", "--fingerprint", FP_B, "--catalog-url", f"sqlite:///{nowhere}")
+    assert code == 2 and "does not exist" in out and not nowhere.parent.exists(), out
     code, out = rollout("status", "--fingerprint", "c" * 32, "--catalog-url", catalog_url)
     assert code == 3 and "the store has no view of it" in out and store_a.views() == [FP_A, FP_B], out
     result = CliRunner().invoke(

@@ -101,6 +101,27 @@ BAD = [  # (arguments, what the error line must say)
 ]
 
 
+CLOSED_PORT = "127.0.0.1:1"
+
+
+def _gistrank(
+    args: list[str], work: Path, home: Path, **env: str
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The console script run as a user runs it, Kafka at a closed port: its result and wall time."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GISTRANK_", "HF_HUB_OFFLINE"))}
+    base |= {"GISTRANK_HOME": str(home), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": CLOSED_PORT} | env
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", "from reranker.cli import main; main()", *args],
+        cwd=work,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return result, time.monotonic() - started
+
+
 @pytest.mark.parametrize(("args", "says"), BAD, ids=[" ".join(a)[:60] for a, _ in BAD])
 def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
     args: list[str], says: str, tmp_path: Path
@@ -123,16 +144,7 @@ def test_a_bad_input_is_one_line_exit_2_and_touches_nothing(
     names |= {"empty": given / "empty.jsonl", "csv": given / "table.jsonl", "sgml": given / "docs.jsonl"}
     names |= {"set": given / "set", "qrels": given / "qrels.txt"}
     args = [arg.format(**names) for arg in args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GISTRANK_", "HF_HUB_OFFLINE"))}
-    env |= {"GISTRANK_HOME": str(home), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    result = subprocess.run(
-        [sys.executable, "-c", "from reranker.cli import main; main()", *args],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result, _ = _gistrank(args, work, home)
     errors = [line for line in result.stderr.splitlines() if line.lower().startswith("error")]
     assert result.returncode == 2, result.stderr
     assert len(errors) == 1 and says in errors[0], result.stderr
@@ -152,25 +164,6 @@ DEAD_BROKER = [  # (arguments, how the line says to set the servers)
     (["catalog", "update", "x", "--title", "t"], "(or --no-publish)"),
     (["serve", "--bootstrap-servers", "127.0.0.1:1"], "--bootstrap-servers (or leave it out"),
 ]
-CLOSED_PORT = "127.0.0.1:1"
-
-
-def _gistrank(
-    args: list[str], work: Path, home: Path, **env: str
-) -> tuple[subprocess.CompletedProcess[str], float]:
-    """The console script run as a user runs it, Kafka at a closed port: its result and wall time."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("GISTRANK_", "HF_HUB_OFFLINE"))}
-    base |= {"GISTRANK_HOME": str(home), "GISTRANK_KAFKA_BOOTSTRAP_SERVERS": CLOSED_PORT} | env
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-c", "from reranker.cli import main; main()", *args],
-        cwd=work,
-        env=base,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return result, time.monotonic() - started
 
 
 @pytest.mark.parametrize(("args", "how"), DEAD_BROKER, ids=[" ".join(a)[:40] for a, _ in DEAD_BROKER])

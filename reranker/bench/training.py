@@ -98,20 +98,15 @@ def run_training_bench(
             workdir / f"frozen-reader-q{q}",
         )
         texts = sorted({t for texts in frozen.lists for t in texts})
-        fill_cpu, _ = _cpu_seconds(lambda f=frozen, t=texts: f.items.get(t), 1)  # every item's K/V, once
-        once = fill_cpu / len(texts)
-        frozen.train_step()
-        pairs_before = frozen.pairs
-        cpu, wall = _cpu_seconds(frozen.train_step, steps)
-        rows.append(
-            _row(
-                f"frozen reader (gists + adapter), {q} queries/list",
-                num_gist,
-                frozen.pairs - pairs_before,
-                cpu,
-                wall,
-            )
+        row, fill_cpu = _timed(
+            f"frozen reader (gists + adapter), {q} queries/list",
+            num_gist,
+            frozen,
+            lambda f=frozen, t=texts: f.items.get(t),  # every item's K/V, once
+            steps,
         )
+        rows.append(row)
+        once = fill_cpu / len(texts)
     reader = ReaderTrainer(
         ReaderTrainConfig(
             model=f"{base}?compressor=prefix&num_gist={num_gist}",  # a store of the same k positions
@@ -128,23 +123,13 @@ def run_training_bench(
         workdir / "reader",
     )
     texts = sorted({t for x in reader.lists for t in x.texts})
-    units_cpu, _ = _cpu_seconds(lambda: reader.units.get(texts), 1)  # every stored unit, once
-    reader.train_step()
-    pairs_before = reader.pairs
-    cpu, wall = _cpu_seconds(reader.train_step, steps)
-    rows.append(
-        _row(
-            f"reader (query-row adapter) over stored prefix {num_gist}",
-            0,
-            reader.pairs - pairs_before,
-            cpu,
-            wall,
-        )
-    )
+    recipe = f"reader (query-row adapter) over stored prefix {num_gist}"
+    row, units_cpu = _timed(recipe, 0, reader, lambda: reader.units.get(texts), steps)  # every unit, once
+    rows.append(row)
     for row in rows:
         row["speedup"] = row["pairs_per_cpu_s"] / rows[0]["pairs_per_cpu_s"]
     title = (
-        f"gist training pairs per CPU-second — j={item_tokens}, k={num_gist}, {lists} lists × {candidates} "
+        f"training pairs per CPU-second — j={item_tokens}, k={num_gist}, {lists} lists × {candidates} "
         f"candidates, {steps} steps, LoRA r={lora_rank} vs adapter r={adapter_rank}, {dtype}, "
         f"{frozen.model.device}"
     )
@@ -169,6 +154,22 @@ def run_training_bench(
         "per item — paid once a run, not a step"
     )
     return rows
+
+
+def _timed(
+    recipe: str,
+    positions: int,
+    trainer: FrozenGistTrainer | ReaderTrainer,
+    fill: Callable[[], object],
+    steps: int,
+) -> tuple[dict, float]:
+    """`trainer`'s row — its once-per-item work (`fill`) timed apart, one warm-up step, then `steps`
+    timed — and the CPU seconds of `fill`."""
+    fill_cpu, _ = _cpu_seconds(fill, 1)
+    trainer.train_step()
+    before = trainer.pairs
+    cpu, wall = _cpu_seconds(trainer.train_step, steps)
+    return _row(recipe, positions, trainer.pairs - before, cpu, wall), fill_cpu
 
 
 def _row(recipe: str, positions: int, pairs: int, cpu: float, wall: float) -> dict:
