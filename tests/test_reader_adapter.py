@@ -171,6 +171,8 @@ def test_pseudo_query_lists_ask_an_items_title_of_it_and_its_bm25_neighbours(sto
         # the negatives share a word with the query (BM25 found them), and are other items
         assert all(set(x.query.split()) & set(titles[t].split()) for t in x.texts[1:])
         assert x.texts[0] not in x.texts[1:]
+    trainer.cfg.candidates_per_list = 2  # every draw keeps a relevant candidate for the labels to rank
+    assert all(0 in trainer._draw(x) for x in trainer.lists for _ in range(10))
 
 
 def test_cli_trains_a_reader_for_the_store(store_path: Path, tmp_path: Path) -> None:

@@ -230,7 +230,7 @@ class ReaderTrainer:
         losses = []
         for _ in range(self.cfg.lists_per_step):
             x = self.lists[self.rng.randrange(len(self.lists))]
-            at = self.rng.sample(range(len(x.texts)), min(self.cfg.candidates_per_list, len(x.texts)))
+            at = self._draw(x)
             texts, labels = [x.texts[i] for i in at], torch.tensor([float(x.labels[i]) for i in at])
             scores = self.read([x.query], texts)[0]
             loss = scores.new_zeros(())
@@ -254,6 +254,16 @@ class ReaderTrainer:
         cpu = time.process_time() - start
         self.cpu_seconds += cpu
         return {"step": self.step, "loss": float(loss.detach()), "cpu_seconds": cpu}
+
+    def _draw(self, x: Example) -> list[int]:
+        """`candidates_per_list` of the list's candidates, one relevant among them where it has one: a
+        drawn list without one would give the labels nothing to rank."""
+        n = min(self.cfg.candidates_per_list, len(x.texts))
+        relevant = [i for i, label in enumerate(x.labels) if label > 0]
+        if not relevant:
+            return self.rng.sample(range(len(x.texts)), n)
+        first = self.rng.choice(relevant)
+        return [first, *self.rng.sample([i for i in range(len(x.texts)) if i != first], n - 1)]
 
     def _set(self, masters: Sequence[torch.Tensor]) -> None:
         with torch.no_grad():
