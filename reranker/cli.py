@@ -16,6 +16,7 @@ import typer
 # naming the known ones, not a minute of retries against the Hub. HF_HUB_OFFLINE=0 lets Hub ids through.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from reranker.catalog.preflight import check_model
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
 from reranker.core.home import home
@@ -24,7 +25,6 @@ from reranker.serving.cli import rerank, serve
 from streaming.cli import (
     StorageDType,
     catalog_app,
-    check_model,
     consume,
     dlq_app,
     kafka_acls,

@@ -28,13 +28,18 @@ from reranker.catalog.database import (
     check_catalog_url,
 )
 from reranker.catalog.kafka_settings import (
-    BrokerUnreachableError,
     KafkaSettings,
-    check_reachable,
     ensure_topics,
 )
+from reranker.catalog.preflight import (
+    LOG_FORMAT,
+    check_model,
+    ensure_free,
+    kafka_logs,
+    port_option,
+    require_broker,
+)
 from reranker.core.checkpoints import DEFAULT_MODEL
-from reranker.serving.ports import ensure_free, port_option
 
 if TYPE_CHECKING:
     from reranker.core.model import GistReranker
@@ -130,50 +135,6 @@ def _settings(bootstrap_servers: str | None) -> KafkaSettings:
         raise typer.BadParameter(f"Kafka settings: {exc}") from None
 
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def require_broker(settings: KafkaSettings, verbose: bool, how: str | None = None) -> None:
-    """A command's first use of Kafka, before it loads a model or touches a store: a broker that does not
-    answer within $GISTRANK_KAFKA_CONNECT_TIMEOUT_S is one line naming the servers, exit 1. `how`: what
-    sets the servers for this command."""
-    _kafka_logs(verbose)
-    try:
-        check_reachable(settings)
-    except BrokerUnreachableError as exc:
-        how = how or "--bootstrap-servers or $GISTRANK_KAFKA_BOOTSTRAP_SERVERS"
-        typer.echo(
-            f"error: {exc}; set the servers with {how}, the wait with $GISTRANK_KAFKA_CONNECT_TIMEOUT_S",
-            err=True,
-        )
-        raise typer.Exit(1) from None
-
-
-def _kafka_logs(verbose: bool) -> None:
-    """kafka-python logs several lines a second while a broker is down; they reach the terminal only when
-    asked (-v or $GISTRANK_LOG_LEVEL): the command's own error line says what failed."""
-    asked = verbose or "GISTRANK_LOG_LEVEL" in os.environ
-    if asked:
-        logging.basicConfig(format=LOG_FORMAT)  # a no-op where the command configured logging already
-    kafka_log = logging.getLogger("kafka")
-    kafka_log.setLevel(logging.WARNING)  # its INFO is per-connection chatter, its DEBUG shows SASL passwords
-    kafka_log.propagate = asked
-
-
-def check_model(ref: str | Path, option: str = "--model", **settings: int | str | None) -> None:
-    """The model reference of `option` (with the command's reading `settings` over its own) checked before
-    anything heavy, as one usage line (`reranker.core.model_refs`): the one check of every command that
-    takes a model."""
-    from reranker.core.checkpoints import model_spec
-    from reranker.core.errors import one_line
-    from reranker.core.model_refs import check_model_ref
-
-    try:
-        check_model_ref(model_spec(ref, **settings))
-    except ValueError as exc:
-        raise typer.BadParameter(one_line(exc), param_hint=option) from None
-
-
 def _load_model(
     ref: str,
     num_gist: int | None,
@@ -221,10 +182,10 @@ def _open_store(
 
 
 def _configure_logging(verbose: bool) -> None:
-    """INFO for everything but kafka-python (`_kafka_logs`); $GISTRANK_LOG_LEVEL (e.g. DEBUG: each batch's
+    """INFO for everything but kafka-python (`kafka_logs`); $GISTRANK_LOG_LEVEL (e.g. DEBUG: each batch's
     offsets as it starts) for the project's own loggers."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    _kafka_logs(verbose)
+    kafka_logs(verbose)
     level = os.environ.get("GISTRANK_LOG_LEVEL", "INFO").upper()
     if level not in logging.getLevelNamesMapping():
         raise typer.BadParameter(f"$GISTRANK_LOG_LEVEL={level!r} is not a logging level")

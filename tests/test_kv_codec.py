@@ -265,7 +265,8 @@ def test_a_blob_of_the_previous_release_is_refused_with_what_to_do(tiny_model: G
     which every caller treats as a cache miss."""
     old = (Path(__file__).parent / "data" / "kv-format2-tiny-llama-k4.blob").read_bytes()
     assert old[:4] == b"GRKV" and int.from_bytes(old[4:6], "little") == 2
-    assert payload_parts(old)[1]["fingerprint"] == tiny_model.fingerprint  # the same model, only older
+    # the same model, only older: that release stamped the whole model's fingerprint (there was one)
+    assert payload_parts(old)[1]["fingerprint"] == tiny_model.reader_fingerprint
     with pytest.raises(UnsupportedVersionError, match=r"version 2; .*recomputes.*gistrank materialize"):
         decode(old, expected_fingerprint=tiny_model.fingerprint)
     with pytest.raises(KVBlobError):

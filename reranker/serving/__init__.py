@@ -10,5 +10,4 @@ runtime   build the services from a Triton model's parameters
 server    build a runnable model repository and run tritonserver
 local_run what a script's local run of the server shares: the checkpoint it serves, its numbered steps
 client    tritonclient HTTP / gRPC; cli: `gistrank serve`, `gistrank rerank`
-ports     the port options' range, and a check that a server's ports are free before it starts
 """

@@ -14,20 +14,8 @@ from typing import Annotated
 import typer
 
 from reranker.catalog.database import DEFAULT_URL
+from reranker.catalog.preflight import check_model, ensure_free, port_option, require_broker
 from reranker.core.checkpoints import DEFAULT_MODEL, model_spec
-from reranker.serving.ports import ensure_free, port_option
-
-
-def _check_model(spec: str, option: str) -> None:
-    """`spec` resolved and its reading settings validated here, before tritonserver starts and loads the
-    model (`reranker.core.model_refs`, the check of every command that takes a model)."""
-    from reranker.core.errors import one_line
-    from reranker.core.model_refs import check_model_ref
-
-    try:
-        check_model_ref(spec)
-    except ValueError as exc:
-        raise typer.BadParameter(one_line(exc), param_hint=option) from None
 
 
 def serve(
@@ -107,13 +95,12 @@ def serve(
 
     ensure_free(host, {"--http-port": http_port, "--grpc-port": grpc_port, "--metrics-port": metrics_port})
     spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
-    _check_model(spec, "--model / --compressor / --num-gist")
+    check_model(spec, "--model / --compressor / --num-gist")
     shadow = full_model and model_spec(full_model, max_item_tokens=max_item_tokens)
     if shadow:
-        _check_model(shadow, "--shadow-model")
+        check_model(shadow, "--shadow-model")
     if kafka_bootstrap_servers:  # a wrong address fails now, not at the first recompute's refresh request
         from reranker.catalog.kafka_settings import KafkaSettings
-        from streaming.cli import require_broker
 
         settings = KafkaSettings.from_env(bootstrap_servers=kafka_bootstrap_servers)
         require_broker(

@@ -1,9 +1,13 @@
-"""Listening ports of the commands that serve (`serve`, `consume --metrics-port`): one range for every port
-option, and a check that each port is free before anything heavy (a model load, tritonserver) starts."""
+"""What a command checks before anything heavy starts (a model load, a store, tritonserver), shared by the
+writer's commands (`streaming/cli.py`) and serving's (`reranker/serving/cli.py`), so each mistake is one
+line: a model reference (`check_model`), listening ports (`port_option`: one range for every port
+option; `ensure_free`), the Kafka brokers (`require_broker`; `kafka_logs`: kafka-python's lines only when
+asked)."""
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -11,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
+
+from reranker.catalog.kafka_settings import BrokerUnreachableError, KafkaSettings, check_reachable
 
 PORT_MAX = 65535
 
@@ -70,3 +76,47 @@ def _listener(port: int) -> str | None:
         except OSError:  # gone, or another user's
             continue
     return None
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def require_broker(settings: KafkaSettings, verbose: bool, how: str | None = None) -> None:
+    """A command's first use of Kafka, before it loads a model or touches a store: a broker that does not
+    answer within $GISTRANK_KAFKA_CONNECT_TIMEOUT_S is one line naming the servers, exit 1. `how`: what
+    sets the servers for this command."""
+    kafka_logs(verbose)
+    try:
+        check_reachable(settings)
+    except BrokerUnreachableError as exc:
+        how = how or "--bootstrap-servers or $GISTRANK_KAFKA_BOOTSTRAP_SERVERS"
+        typer.echo(
+            f"error: {exc}; set the servers with {how}, the wait with $GISTRANK_KAFKA_CONNECT_TIMEOUT_S",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+
+
+def kafka_logs(verbose: bool) -> None:
+    """kafka-python logs several lines a second while a broker is down; they reach the terminal only when
+    asked (-v or $GISTRANK_LOG_LEVEL): the command's own error line says what failed."""
+    asked = verbose or "GISTRANK_LOG_LEVEL" in os.environ
+    if asked:
+        logging.basicConfig(format=LOG_FORMAT)  # a no-op where the command configured logging already
+    kafka_log = logging.getLogger("kafka")
+    kafka_log.setLevel(logging.WARNING)  # its INFO is per-connection chatter, its DEBUG shows SASL passwords
+    kafka_log.propagate = asked
+
+
+def check_model(ref: str | Path, option: str = "--model", **settings: int | str | None) -> None:
+    """The model reference of `option` (with the command's reading `settings` over its own) checked before
+    anything heavy, as one usage line (`reranker.core.model_refs`): the one check of every command that
+    takes a model."""
+    from reranker.core.checkpoints import model_spec
+    from reranker.core.errors import one_line
+    from reranker.core.model_refs import check_model_ref
+
+    try:
+        check_model_ref(model_spec(ref, **settings))
+    except ValueError as exc:
+        raise typer.BadParameter(one_line(exc), param_hint=option) from None
