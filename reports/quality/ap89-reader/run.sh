@@ -21,3 +21,9 @@ scripts/ap89_import.sh judged:20 data/ap89-judged-20
   --whole-article $Q/ap89-judged-20-dev-47-reader-cuts/bm25-lists/results.json --out $Q/ap89-reader/bm25-20.json
 .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-judged-20 --reader $R/labels/checkpoint \
   --whole-article $Q/ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1/results.json --out $Q/ap89-reader/judged-20.json
+# the same recipe, seed 1, 12 minutes (the units read back from --cache-dir), read on BM25's top 20
+[ -d $R/labels-seed1/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective labels \
+  --steps 100000 --minutes 12 --device cpu --cache-dir $R/units --out $R/labels-seed1 --seed 1 \
+  --config $Q/ap89-reader/train.json
+.venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-bm25-20 --reader $R/labels-seed1/checkpoint \
+  --out $Q/ap89-reader/bm25-20-seed1.json
