@@ -231,3 +231,16 @@ def toy_set() -> RelevanceSet:
         )
         judgments += [Judgment(query_id=f"q{q}", item_id=f"i{i}", label=int(i == target)) for i in cands]
     return RelevanceSet(items=items, queries=queries, judgments=judgments)
+
+
+def mean_test_kl(model: GistReranker, shadow: GistReranker, data: RelevanceSet) -> float:
+    """Mean list-wise KL to `shadow`'s full-context scores over the test split's lists, `model` read
+    through the online path (its own compression, then `score`)."""
+    from reranker.training.objectives import distill_loss
+
+    test, kls = data.split("test"), []
+    for q in test.queries:
+        texts = [test.items[i].text for i, _ in test.candidates(q.query_id)]
+        online = model.score(q.text, model.compress(texts))
+        kls.append(float(distill_loss(online, shadow.score_full(q.text, texts), 1.0)))
+    return sum(kls) / len(kls)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ITEMS, QUERY, toy_set, unboxed
+from helpers import ITEMS, QUERY, mean_test_kl, toy_set, unboxed
 
 from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
 from reranker.core.model import GistReranker
@@ -24,11 +24,11 @@ from reranker.training.frozen_reader import (
     reader_read,
     reader_scores,
     stack_items,
+    step_masters,
     student_read,
     student_scores,
     token_kl,
 )
-from reranker.training.objectives import distill_loss
 
 pytestmark = pytest.mark.frozen_gists
 QUERIES = [QUERY, "kettle", "a steel kettle that boils water fast and ships in two days"]  # ℓ differs
@@ -118,21 +118,6 @@ def reader_path(tiny_base: Path, tmp_path: Path) -> Path:
     ).save_pretrained(tmp_path / "reader")
 
 
-def _mean_kl(model: GistReranker, reader: GistReranker, data: RelevanceSet) -> float:
-    """Mean list-wise KL to the reader over the test split's lists, through the online path."""
-    test, kls = data.split("test"), []
-    for q in test.queries:
-        texts = [test.items[i].text for i, _ in test.candidates(q.query_id)]
-        kls.append(
-            float(
-                distill_loss(
-                    model.score(q.text, model.compress(texts)), reader.score_full(q.text, texts), 1.0
-                )
-            )
-        )
-    return sum(kls) / len(kls)
-
-
 def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_weight(
     reader_path: Path, tmp_path: Path
 ) -> None:
@@ -148,7 +133,7 @@ def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_wei
     )
     trainer = FrozenGistTrainer(cfg, data, tmp_path / "run", device="cpu")
     body_before = {n: p.detach().clone() for n, p in trainer.reader.named_parameters()}
-    untrained = _mean_kl(trainer.model, trainer.reader, data)
+    untrained = mean_test_kl(trainer.model, trainer.reader, data)
     record = trainer.train_step()
     trained_names = {"gist_embeddings", "gist_adapter.down", "gist_adapter.up"}
     for name, p in trainer.model.named_parameters():
@@ -160,7 +145,7 @@ def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_wei
         torch.testing.assert_close(p, body_before[name], rtol=0, atol=0)
     trained = GistReranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
     assert trained.gist.gist_adapter_rank == 4 and trained.fingerprint == trainer.model.fingerprint
-    after = _mean_kl(trained, trainer.reader, data)
+    after = mean_test_kl(trained, trainer.reader, data)
     # measured: 0.118 → 0.053; at lr 1e-6 (no learning) it stays at 0.117
     assert after < 0.6 * untrained, (untrained, after)
 
@@ -353,7 +338,7 @@ def test_updates_below_bf16_resolution_accumulate_in_fp32_masters(reader_path: P
     assert torch.equal(gists.data - 1e-4, gists.data)  # one step of lr is lost in bf16
     for _ in range(30):
         gists.grad = torch.ones_like(gists)
-        trainer._apply_gradients()
+        step_masters(trainer.optimizer, trainer.master, trainer.trained)
     assert trainer.master[0].dtype == torch.float32
     assert bool((gists.detach().float() < 0.5).all())  # 30 steps of 1e-4 crossed half an ulp
 

@@ -322,6 +322,34 @@ def pseudo_query(text: str, rng: random.Random, min_words: int = 5, max_words: i
     return " ".join(rng.choice(usable)[:max_words]) if usable else None
 
 
+def askable(model: GistReranker, query: str | None, min_words: int = 3) -> str | None:
+    """`query`, its last words dropped until `model` takes it (max_query_tokens); None when fewer than
+    `min_words` would be left."""
+    words = (query or "").split()
+    while len(words) >= min_words:
+        try:
+            model.query_ids(" ".join(words))
+            return " ".join(words)
+        except QueryTooLongError:
+            words.pop()
+    return None
+
+
+def step_masters(
+    optimizer: torch.optim.Optimizer, masters: Sequence[torch.Tensor], params: Sequence[torch.Tensor]
+) -> None:
+    """One optimizer step on fp32 master copies of `params` (their gradients widened, clipped to norm 1),
+    then `params` set from them: the step's arithmetic runs in the compute dtype (bf16 on a GPU or an AMX
+    CPU), but a bf16 weight would round away an Adam update below 2^-8 of its magnitude."""
+    for master, p in zip(masters, params, strict=True):
+        master.grad = p.grad.float() if p.grad is not None else torch.zeros_like(master)
+    torch.nn.utils.clip_grad_norm_(masters, 1.0)
+    optimizer.step()
+    with torch.no_grad():
+        for master, p in zip(masters, params, strict=True):
+            p.copy_(master)
+
+
 # ------------------------------------------------------------------------------------------ training
 class HeldOutBest(NamedTuple):
     """The held-out check with the lowest KL so far: its step and the fp32 masters of that step."""
@@ -431,20 +459,8 @@ class FrozenGistTrainer:
     def _pseudo_queries(self, cands: list[str], n: int, rng: random.Random) -> list[str]:
         """Up to n pseudo-queries: a sentence each of n of the candidates, as the reader takes them."""
         sources = rng.sample(cands, min(n, len(cands)))
-        asked = (self._askable(pseudo_query(source, rng)) for source in sources)
+        asked = (askable(self.model, pseudo_query(source, rng)) for source in sources)
         return [q for q in asked if q is not None]
-
-    def _askable(self, query: str | None, min_words: int = 3) -> str | None:
-        """`query`, its last words dropped until the reader takes it (max_query_tokens); None when
-        fewer than `min_words` would be left."""
-        words = (query or "").split()
-        while len(words) >= min_words:
-            try:
-                self.model.query_ids(" ".join(words))
-                return " ".join(words)
-            except QueryTooLongError:
-                words.pop()
-        return None
 
     def _targets(
         self, queries: list[str], cands: list[str], items: torch.Tensor, lens: torch.Tensor
@@ -495,7 +511,7 @@ class FrozenGistTrainer:
         for p in self.trained:
             p.grad = None
         loss.backward()
-        self._apply_gradients()
+        step_masters(self.optimizer, self.master, self.trained)
         self.step += 1
         pairs = sum(len(cands) * len(queries) for cands, queries in drawn)
         cpu = time.process_time() - start
@@ -509,16 +525,6 @@ class FrozenGistTrainer:
             "cpu_seconds": cpu,
             "items_computed": self.items.computed,
         }
-
-    def _apply_gradients(self) -> None:
-        """The step on the fp32 masters, then the compute-dtype parameters set from them."""
-        for master, p in zip(self.master, self.trained, strict=True):
-            master.grad = p.grad.float() if p.grad is not None else torch.zeros_like(master)
-        torch.nn.utils.clip_grad_norm_(self.master, 1.0)
-        self.optimizer.step()
-        with torch.no_grad():
-            for master, p in zip(self.master, self.trained, strict=True):
-                p.copy_(master)
 
     def check_holdout(self) -> dict[str, float]:
         """The gists as they are now on the held-out train queries' whole lists, each asked its own

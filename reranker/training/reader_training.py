@@ -42,7 +42,7 @@ from reranker.core.model import GistReranker, QueryTail
 from reranker.data.relevance_data import RelevanceSet
 from reranker.data.trec import bm25_top
 from reranker.ranking_metrics import ndcg_at_k
-from reranker.training.frozen_reader import ItemKVCache, pseudo_query
+from reranker.training.frozen_reader import ItemKVCache, askable, pseudo_query, step_masters
 from reranker.training.objectives import distill_loss, listwise_loss
 from reranker.training.trainer import CURVE_FILE
 
@@ -184,7 +184,11 @@ class ReaderTrainer:
         if cfg.pseudo_lists:  # from the train split's items: no dev text is asked of itself
             train_items = data.split("train")
             lists += pseudo_lists(
-                train_items, cfg.pseudo_lists, cfg.pseudo_negatives, self.rng, self._askable
+                train_items,
+                cfg.pseudo_lists,
+                cfg.pseudo_negatives,
+                self.rng,
+                lambda q: askable(self.model, q, min_words=2),  # a product title may be two words
             )
         if not lists:
             raise ValueError("nothing to train on: no judged train list and no pseudo-query list")
@@ -192,17 +196,6 @@ class ReaderTrainer:
         self.targets: dict[tuple[str, str], float] = {}
         self.step, self.pairs, self.cpu_seconds, self.fill_seconds = 0, 0, 0.0, 0.0
         self.best: tuple[float, int, list[torch.Tensor]] | None = None  # (dev nDCG@10, step, masters)
-
-    def _askable(self, query: str | None) -> str | None:
-        """`query` with its last words dropped until the reader takes it; None below 2 words."""
-        words = (query or "").split()
-        while len(words) >= 2:
-            try:
-                self.model.query_ids(" ".join(words))
-                return " ".join(words)
-            except ValueError:
-                words.pop()
-        return None
 
     # ---------------------------------------------------------------------------------- reading
     def read(self, queries: Sequence[str], texts: Sequence[str]) -> torch.Tensor:
@@ -245,11 +238,7 @@ class ReaderTrainer:
         for p in self.trained:
             p.grad = None
         loss.backward()
-        for master, p in zip(self.master, self.trained, strict=True):
-            master.grad = p.grad.float() if p.grad is not None else torch.zeros_like(master)
-        torch.nn.utils.clip_grad_norm_(self.master, 1.0)
-        self.optimizer.step()
-        self._set(self.master)
+        step_masters(self.optimizer, self.master, self.trained)
         self.step += 1
         cpu = time.process_time() - start
         self.cpu_seconds += cpu
