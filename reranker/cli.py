@@ -690,8 +690,9 @@ def train_reader(
     chosen = f"step {trainer.best[1]}, dev nDCG@10 {trainer.best[0]:.4f}, untrained {untrained:.4f}"
     typer.echo(
         f"{len(trainer.lists)} lists; stored units: {trainer.units.computed} computed (the rest read from "
-        f"--cache-dir), {trainer.fill_seconds:.0f} s before the first step; {trainer.step} steps, {trainer.pairs_per_cpu_s:.1f} pairs per "
-        f"CPU-second; checkpoint ({chosen}), store fingerprint {trainer.model.fingerprint} (unchanged): "
+        f"--cache-dir), {trainer.fill_seconds:.0f} s before the first step; {trainer.step} steps, "
+        f"{trainer.pairs_per_cpu_s:.1f} pairs per CPU-second; checkpoint ({chosen}), store fingerprint "
+        f"{trainer.model.fingerprint} (unchanged): "
         f"{out / 'checkpoint'}"
     )
 
