@@ -450,10 +450,10 @@ def train(
     check_model(model)
     from pydantic import ValidationError
 
-    from reranker.core.config import GistConfig, resolve_dtype, template_for
-    from reranker.training.trainer import TrainConfig, Trainer
-
     relevance = _load_data(data, seed, products, max_item_tokens)
+    from reranker.core.config import GistConfig, resolve_dtype, template_for
+    from reranker.training.trainer import TrainConfig, Trainer  # torch: once the data is known good
+
     if resume:
         try:
             trainer = Trainer.resume(out, relevance, steps=steps)
@@ -915,8 +915,6 @@ def evaluate(
 
     --teacher / --student / --shadow-model take model references with reading settings, e.g.
     `gistrank-teacher-lora?compressor=select&num_gist=64&max_item_tokens=1024` (README, core API)."""
-    from reranker.evaluation.runner import evaluate as run_eval
-
     if not student and not shadow_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --shadow-model")
     if data != "synthetic" and max_item_tokens is not None:
@@ -936,6 +934,8 @@ def evaluate(
     for option, refs in (("--student", student), ("--shadow-model", shadow_model)):
         for ref in refs or ():
             check_model(ref, option)
+    from reranker.evaluation.runner import evaluate as run_eval  # torch: once the input is known good
+
     result = run_eval(
         relevance,
         teacher,

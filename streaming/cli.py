@@ -143,11 +143,11 @@ def _load_model(
     max_item_tokens: int | None = None,
 ) -> GistReranker:
     """`GistReranker.read`, its refusals as usage errors."""
-    from reranker import GistReranker
+    check_model(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    from reranker import GistReranker  # torch: once the reference is known good
     from reranker.core.base_models import BaseModelUnavailableError
     from reranker.core.errors import one_line
 
-    check_model(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     try:
         return GistReranker.read(ref, dtype and dtype.value, compressor, num_gist, max_item_tokens)
     except (ValueError, BaseModelUnavailableError) as exc:  # an unknown name or compressor, a k the ...

@@ -14,7 +14,7 @@ from helpers import ITEMS, QUERY, forward_scores
 from reranker import EmptyInputError, GistConfig, GistReranker
 from reranker.core import layout
 from reranker.core.compressors import COMPRESSORS
-from reranker.core.config import template_for
+from reranker.core.config import COMPRESSOR_SETTINGS, SETTING_OWNERS, template_for
 from reranker.core.errors import KVFormatError
 
 
@@ -303,6 +303,10 @@ def test_a_unit_says_what_it_holds_and_a_reader_of_another_layout_refuses_it(
 
 
 def test_the_config_knows_exactly_the_registered_compressors() -> None:
+    """The torch-free table a model reference is checked against (config.COMPRESSOR_SETTINGS) names
+    exactly the registered compressors; a setting no compressor's forward reads would be a dead knob."""
+    assert list(COMPRESSOR_SETTINGS) == list(COMPRESSORS)
+    assert set(SETTING_OWNERS) <= set(GistConfig.model_fields)
     for name in COMPRESSORS:
         assert GistConfig(compressor=name).compressor == name
     with pytest.raises(ValueError, match="unknown compressor 'bogus'; known: gist, select, prefix"):

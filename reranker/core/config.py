@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+if TYPE_CHECKING:  # torch is imported where a dtype is resolved: a settings check (every command's first
+    import torch  # step, reranker.core.model_refs) must not pay for it
+
 DType = Literal["float32", "bfloat16", "float16"]
+# each compressor (reranker/core/compressors/) → the GistConfig settings only it reads (a model reference
+# naming another compressor refuses them): here, not in the registry, which imports torch — checking a
+# model reference, every command's first step, must stay cheap
+COMPRESSOR_SETTINGS: dict[str, tuple[str, ...]] = {
+    "gist": ("gist_pool_windows",),
+    "select": ("select_scorer", "select_window", "select_pool", "select_head_budget"),
+    "prefix": (),
+}
+SETTING_OWNERS = {setting: name for name, own in COMPRESSOR_SETTINGS.items() for setting in own}
 ScoreRule = Literal["head", "query_likelihood"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # settings that only change how the query reads a stored unit, never the unit (GistConfig.store_settings)
@@ -119,9 +130,9 @@ class GistConfig(BaseModel):
     @field_validator("compressor")
     @classmethod
     def _known_compressor(cls, name: str) -> str:
-        from reranker.core.compressors import compressor_for  # the registry imports the model's modules
-
-        return compressor_for(name).name
+        if name not in COMPRESSOR_SETTINGS:
+            raise ValueError(f"unknown compressor {name!r}; known: {', '.join(COMPRESSOR_SETTINGS)}")
+        return name
 
     def model_post_init(self, _context: object) -> None:
         if "{query}" not in self.query_template:
@@ -160,12 +171,16 @@ class GistConfig(BaseModel):
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        import torch
+
         return getattr(torch, self.dtype)
 
 
 def native_bf16(device: torch.device | str = "cpu") -> bool:
     """Whether `device` computes bf16 natively: CUDA, or a CPU with avx512_bf16/AMX that PyTorch's
     kernels use (its CPU capability, which ATEN_CPU_CAPABILITY=avx2 lowers, is AVX512 or above)."""
+    import torch
+
     if torch.device(device).type == "cuda":
         return True
     cpuinfo = Path("/proc/cpuinfo")
@@ -180,6 +195,8 @@ def preferred_dtype() -> DType:
     Without avx512_bf16/AMX, PyTorch emulates bf16 matmuls on CPU: measured 6–30× slower than fp32 on
     AVX2-only machines, so "auto" must not assume bf16 helps.
     """
+    import torch
+
     return "bfloat16" if native_bf16("cuda" if torch.cuda.is_available() else "cpu") else "float32"
 
 
@@ -192,6 +209,8 @@ def compute_dtype_for(storage: DType, requested: str = "auto", device: torch.dev
     """The dtype a model whose K/V is stored as `storage` computes in on `device`. `auto` keeps the
     storage dtype where the device computes it natively and widens to float32 where it would be
     emulated (a bf16 checkpoint on an AVX2-only CPU; fp16 on any CPU); it never narrows."""
+    import torch
+
     if requested != "auto":
         if requested not in get_args(DType):
             raise ValueError(f"compute dtype {requested!r} is not 'auto' or one of {get_args(DType)}")

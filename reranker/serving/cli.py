@@ -91,8 +91,6 @@ def serve(
 
     --compressor / --num-gist / --max-item-tokens read --model with those settings; the consumer and
     `materialize` must be given the same ones, or their K/V carries another fingerprint."""
-    from reranker.serving.server import ServerError, ServerSettings, TritonServer
-
     ensure_free(host, {"--http-port": http_port, "--grpc-port": grpc_port, "--metrics-port": metrics_port})
     spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
     check_model(spec, "--model / --compressor / --num-gist")
@@ -106,6 +104,8 @@ def serve(
         require_broker(
             settings, verbose=False, how="--bootstrap-servers (or leave it out: no refresh requests)"
         )
+    from reranker.serving.server import ServerError, ServerSettings, TritonServer  # torch: input known good
+
     server = TritonServer(
         ServerSettings(
             model_path=spec,

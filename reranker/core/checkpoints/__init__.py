@@ -105,8 +105,7 @@ def _read_by_its_compressor(
     compressor = settings.get("compressor")
     if compressor is None:  # a checkpoint's own compressor: known only once it is loaded
         return settings
-    # here, not at import: every command imports this module (DEFAULT_MODEL), the compressors import torch
-    from reranker.core.compressors import SETTING_OWNERS
+    from reranker.core.config import SETTING_OWNERS  # here: every command imports this module (DEFAULT_MODEL)
 
     foreign = sorted(name for name in own if SETTING_OWNERS.get(name, compressor) != compressor)
     if foreign:

@@ -11,12 +11,11 @@ from reranker.core.compressors.base import Compressor
 from reranker.core.compressors.gist import GistCompressor
 from reranker.core.compressors.prefix import PrefixCompressor
 from reranker.core.compressors.select import SelectCompressor
+from reranker.core.config import SETTING_OWNERS
 
 COMPRESSORS: dict[str, Compressor] = {
     c.name: c for c in (GistCompressor(), SelectCompressor(), PrefixCompressor())
 }
-# a setting that only one compressor reads → that compressor's name (every other setting applies to all)
-SETTING_OWNERS: dict[str, str] = {s: c.name for c in COMPRESSORS.values() for s in c.settings}
 
 
 def compressor_for(name: str) -> Compressor:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from reranker.core import layout
-from reranker.core.config import GistConfig
+from reranker.core.config import COMPRESSOR_SETTINGS, GistConfig
 from reranker.core.kv import Kept
 
 if TYPE_CHECKING:
@@ -40,8 +40,6 @@ class Compressor(ABC):
     name: ClassVar[str]
     # the stored columns are trained parameters' outputs: a model has one budget, no training-free sweep
     learned: ClassVar[bool] = False
-    # GistConfig settings that only this compressor reads (a model reference naming another one refuses them)
-    settings: ClassVar[tuple[str, ...]] = ()
 
     # reading settings (config.READING_FIELDS) that this compressor's forward reads all the same: they
     # change its stored K/V, so they belong to the store's fingerprint
@@ -50,6 +48,11 @@ class Compressor(ABC):
     # the settings whose values one compression pass can serve several of (a training-free sweep over
     # budgets, hybrid prefixes, per-head shares): the item's forward does not depend on them
     sweepable: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        """The GistConfig settings only this compressor reads (`config.COMPRESSOR_SETTINGS`)."""
+        return COMPRESSOR_SETTINGS[self.name]
 
     @abstractmethod
     def compress(

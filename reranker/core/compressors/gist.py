@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 class GistCompressor(Compressor):
     name = "gist"
     learned = True
-    settings = ("gist_pool_windows",)
 
     @torch.inference_mode()
     def compress(

@@ -231,7 +231,6 @@ def selected_mask_scores(
 
 class SelectCompressor(Compressor):
     name = "select"
-    settings = ("select_scorer", "select_window", "select_pool", "select_head_budget")
     store_reads = ("query_template",)  # the template's lead-in observes the item (observation_suffix)
     sweepable = ("num_gist", "keep_item_prefix", "select_head_budget")
 
