@@ -54,13 +54,16 @@ def test_default_model_puts_the_category_asked_for_first_on_the_demo_queries(dty
 
 
 def _test_lists(n: int) -> list[tuple[str, list[str], list[int]]]:
-    """The first n test-split queries of the synthetic set both were evaluated on (reports/quality.md):
-    (query, candidate texts, labels)."""
+    """The first n test-split queries of the synthetic set the checkpoints were evaluated on
+    (reports/quality.md), each with the first 12 of its 24 candidates (the set's own shuffled order, so
+    the share of relevant ones is the set's): (query, candidate texts, labels). Half the list halves the
+    cost (each item is 1–2 forwards of ~220 tokens per system) and keeps each query's hard negatives
+    about as likely to be there as its target."""
     data = generate(0, 60, queries_per_product=4, length_tokens=(100, 256))
     test = data.split("test")
     lists = []
     for query in test.queries[:n]:
-        cands = test.candidates(query.query_id)
+        cands = test.candidates(query.query_id)[:12]
         lists.append((query.text, [data.items[i].text for i, _ in cands], [label for _, label in cands]))
     return lists
 
@@ -99,9 +102,9 @@ def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
             for query, cands, labels in lists
         ]
     mean = {name: sum(v) / len(v) for name, v in ndcg.items()}
-    # measured on these 8 (of 24) queries: gist 0.761, untrained gists 0.309, prefix 4 0.496. Eight is
-    # the fewest that decides it (the cost is 2 forwards per item): on the first 6 the gist's 0.681 and
-    # its 0.091 over prefix 4 fall below the bars, per-query results in reports/quality/eval-ql-k4-controls
+    # measured on these 8 (of 24) queries, 12 candidates each: gist 0.930, untrained gists 0.507, prefix 4
+    # 0.699 (on their whole lists of 24: 0.761, 0.309, 0.496; on the first 6 the gist's lead over prefix 4
+    # falls below the bar — per-query results of the whole lists in reports/quality/eval-ql-k4-controls)
     assert mean["gist"] >= 0.7, ndcg
     assert mean["gist"] > mean["untrained gists"] + 0.3, ndcg
     assert mean["gist"] > mean["prefix 4"] + 0.15, ndcg
@@ -117,16 +120,17 @@ def test_hybrid_checkpoint_ranks_test_queries_far_better_than_untrained_gists(
     assert model.has_lora and (model.gist.keep_item_prefix, model.gist.num_gist) == (32, 8)
     assert (model.base_ref, model.gist.dtype) == (fp32_base.base_ref, fp32_base.gist.dtype)
     untrained = fp32_base.with_gist_config(model.gist)
-    lists = _test_lists(3)
+    lists = _test_lists(5)
     texts = sorted({text for _, cands, _ in lists for text in cands})  # each item compressed once
     kvs = {m: dict(zip(texts, m.compress(texts), strict=True)) for m in (model, untrained)}
     trained_ndcg, untrained_ndcg = [], []
     for query, cands, labels in lists:
         for m, out in ((model, trained_ndcg), (untrained, untrained_ndcg)):
             out.append(ndcg_at_k(m.score(query, [kvs[m][t] for t in cands]).tolist(), labels, 10))
-    # reports/quality.md measured 0.991, 0.684, 0.954 on these three (mean NDCG@10 0.932 over all 24)
-    assert sum(trained_ndcg) / 3 >= 0.8, trained_ndcg
-    assert sum(trained_ndcg) / 3 > sum(untrained_ndcg) / 3 + 0.3, (trained_ndcg, untrained_ndcg)
+    # measured 1.000, 0.631, 0.969, 0.865, 1.000 (untrained: 0.289, 1.000, 0.357, 0.521, 0.298); mean
+    # NDCG@10 0.932 over all 24 whole lists (reports/quality.md)
+    assert sum(trained_ndcg) / 5 >= 0.8, trained_ndcg
+    assert sum(trained_ndcg) / 5 > sum(untrained_ndcg) / 5 + 0.3, (trained_ndcg, untrained_ndcg)
 
 
 def test_shipped_teacher_ranks_test_queries_far_better_than_its_untrained_base(
@@ -143,6 +147,6 @@ def test_shipped_teacher_ranks_test_queries_far_better_than_its_untrained_base(
         for m, out in ((teacher, trained_ndcg), (untrained, untrained_ndcg)):
             with torch.inference_mode():
                 out.append(ndcg_at_k(m.score_full(query, texts).tolist(), labels, 10))
-    # measured 0.997, 1.000, 0.833 (untrained base: 0.057, 0.442, 0.096); 130 s on 2 CPU cores
+    # measured 1.000, 1.000, 0.870 (untrained base: 0.551, 0.631, 0.507)
     assert sum(trained_ndcg) / 3 >= 0.9, trained_ndcg
     assert sum(trained_ndcg) / 3 > sum(untrained_ndcg) / 3 + 0.3, (trained_ndcg, untrained_ndcg)
