@@ -622,6 +622,12 @@ def train_reader(
             "neighbours as negatives): label-free, in domain",
         ),
     ] = 0,
+    pseudo_query: Annotated[
+        str,
+        typer.Option(
+            help="title (else a sentence) | sentence: one beginning past the tokens the store keeps verbatim"
+        ),
+    ] = "title",
     judged: Annotated[
         bool, typer.Option("--judged/--no-judged", help="train on the train split's judged lists")
     ] = True,
@@ -669,6 +675,7 @@ def train_reader(
                 "rank": rank,
                 "objective": objective,
                 "pseudo_lists": pseudo_lists,
+                "pseudo_query": pseudo_query,
                 "judged": judged,
                 "max_item_tokens": max_item_tokens,
                 "steps": steps,

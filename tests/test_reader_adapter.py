@@ -163,6 +163,25 @@ def test_pseudo_query_lists_ask_an_items_title_of_it_and_its_bm25_neighbours(sto
     assert all(0 in trainer._draw(x) for x in trainer.lists for _ in range(10))
 
 
+def test_sentence_pseudo_queries_begin_past_what_the_store_keeps_verbatim(store_path: Path) -> None:
+    """A title sits inside a stored prefix (the list is solved from the first step): a sentence pseudo-query
+    is one that begins after the store's verbatim tokens, so the reader must infer it from what is kept."""
+    data = toy_set()
+    cfg = ReaderTrainConfig(
+        model=str(store_path), judged=False, pseudo_lists=8, pseudo_negatives=3, pseudo_query="sentence"
+    )
+    trainer = ReaderTrainer(cfg, data, Path("unused"), device="cpu")
+    assert trainer.lists
+    for x in trainer.lists:
+        item = x.texts[0]
+        kept = trainer.past_verbatim(item)
+        ids = trainer.store.item_ids([item[:kept]])[0][0]
+        assert len(ids) == 4  # BOS and the 3 item tokens of the 4 stored positions
+        assert x.query in " ".join(item[kept:].split()) and x.labels[0] == 1
+    titles = {item.title for item in data.items.values()}
+    assert not {x.query for x in trainer.lists} & titles
+
+
 def test_cli_trains_a_reader_for_the_store(store_path: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
@@ -170,12 +189,14 @@ def test_cli_trains_a_reader_for_the_store(store_path: Path, tmp_path: Path) -> 
 
     out = tmp_path / "run"
     args = ["train-reader", "--out", str(out), "--model", str(store_path), "--products", "4", "--steps", "3"]
-    result = CliRunner().invoke(app, [*args, "--objective", "both", "--pseudo-lists", "4", "--rank", "2"])
+    pseudo = ["--pseudo-lists", "4", "--pseudo-query", "sentence"]
+    result = CliRunner().invoke(app, [*args, "--objective", "both", *pseudo, "--rank", "2"])
     assert result.exit_code == 0, result.output
     assert "store fingerprint" in result.output and "pairs per CPU-second" in result.output
     reader = GistReranker.from_pretrained(out / "checkpoint", device="cpu")
     store = GistReranker.from_pretrained(store_path, device="cpu")
     assert reader.fingerprint == store.fingerprint and reader.reader_fingerprint != store.reader_fingerprint
-    assert json.loads((out / "config.json").read_text())["pseudo_lists"] == 4
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["pseudo_lists"], saved["pseudo_query"]) == (4, "sentence")
     bad = CliRunner().invoke(app, [*args, "--objective", "bogus"])
     assert bad.exit_code == 2 and "objective" in bad.output

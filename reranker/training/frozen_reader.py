@@ -315,9 +315,14 @@ def token_kl(reader_logp: torch.Tensor, student_logp: torch.Tensor, targets: tor
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
-def pseudo_query(text: str, rng: random.Random, min_words: int = 5, max_words: int = 20) -> str | None:
-    """A sentence of the item, cut to `max_words` words, as a query it should answer (None: none)."""
-    sentences = [s.split() for s in _SENTENCE.split(text)]
+def pseudo_query(
+    text: str, rng: random.Random, min_words: int = 5, max_words: int = 20, start: int = 0
+) -> str | None:
+    """A sentence of the item that begins at or after character `start`, cut to `max_words` words, as a
+    query it should answer (None: none)."""
+    begins = [0, *(m.end() for m in _SENTENCE.finditer(text))]
+    ends = [*(m.start() for m in _SENTENCE.finditer(text)), len(text)]
+    sentences = [text[b:e].split() for b, e in zip(begins, ends, strict=True) if b >= start]
     usable = [s for s in sentences if len(s) >= min_words]
     return " ".join(rng.choice(usable)[:max_words]) if usable else None
 

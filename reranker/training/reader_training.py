@@ -61,6 +61,12 @@ class ReaderTrainConfig(BaseModel):
         0, ge=0, description="pseudo-query lists built from the set's items (title or sentence → item)"
     )
     pseudo_negatives: int = Field(7, ge=1, description="BM25 neighbours of a pseudo-query's item asked too")
+    pseudo_query: Literal["title", "sentence"] = Field(
+        "title",
+        description="what a pseudo-list asks: the item's title (else a sentence of it), or a sentence that "
+        "begins past the tokens the store keeps verbatim (a title inside a stored prefix is read off it: "
+        "the list is solved from the first step and teaches nothing)",
+    )
     judged: bool = Field(True, description="train on the train split's judged lists (False: pseudo only)")
     max_item_tokens: int | None = Field(None, ge=1, description="item tokens read (default: the store's)")
     dtype: str | None = Field(None, description="storage dtype of a base store (auto: this machine's)")
@@ -114,14 +120,19 @@ def pseudo_lists(
     negatives: int,
     rng: random.Random,
     askable: Callable[[str | None], str | None],
+    sentence_from: Callable[[str], int] | None = None,
 ) -> list[Example]:
-    """`n` lists from the items alone: an item's title (else a sentence of it) as the query, the item
-    (label 1) and its best BM25 neighbours among the other items (label 0)."""
+    """`n` lists from the items alone: an item's title (else a sentence of it) as the query — or, with
+    `sentence_from` (an item's text → the character its sentences may begin at), always such a sentence —
+    the item (label 1) and its best BM25 neighbours among the other items (label 0)."""
     ids = rng.sample(sorted(data.items), min(n, len(data.items)))
     asked = {}
     for item_id in ids:
         item = data.items[item_id]
-        query = askable(item.title if len(item.title.split()) >= 2 else pseudo_query(item.text, rng))
+        if sentence_from is not None:
+            query = askable(pseudo_query(item.text, rng, start=sentence_from(item.text)))
+        else:
+            query = askable(item.title if len(item.title.split()) >= 2 else pseudo_query(item.text, rng))
         if query is not None:
             asked[item_id] = query
     texts = {i: item.text for i, item in data.items.items()}
@@ -189,6 +200,7 @@ class ReaderTrainer:
                 cfg.pseudo_negatives,
                 self.rng,
                 lambda q: askable(self.model, q, min_words=2),  # a product title may be two words
+                self.past_verbatim if cfg.pseudo_query == "sentence" else None,
             )
         if not lists:
             raise ValueError("nothing to train on: no judged train list and no pseudo-query list")
@@ -198,6 +210,17 @@ class ReaderTrainer:
         self.best: tuple[float, int, list[torch.Tensor]] | None = None  # (dev nDCG@10, step, masters)
 
     # ---------------------------------------------------------------------------------- reading
+    def past_verbatim(self, text: str) -> int:
+        """The character of `text` where the item tokens its stored unit keeps verbatim end: the first
+        t + k under prefix caching, the first t otherwise (BOS counted, as the store counts it)."""
+        gist, bos = self.store.gist, self.store.tokenizer.bos_token_id is not None
+        kept = gist.keep_item_prefix + (gist.num_gist if self.store.compressor.name == "prefix" else 0) - bos
+        if kept <= 0:
+            return 0
+        encoded = self.store.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        spans = encoded["offset_mapping"]
+        return spans[kept - 1][1] if len(spans) > kept else len(text)
+
     def read(self, queries: Sequence[str], texts: Sequence[str]) -> torch.Tensor:
         """Scores (Q, N) of each query over each candidate's stored unit, as serving reads them."""
         units = self.model.stack_units(self.units.get(list(texts)))
