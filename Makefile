@@ -27,7 +27,7 @@ demo: setup system
 test: setup system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest --durations=10
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=10
 
 bench: setup
 	$(BIN)/gistrank bench

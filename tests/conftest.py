@@ -3,6 +3,7 @@ small catalog. Helpers that are not fixtures live in helpers.py."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,14 @@ from reranker import GistConfig, GistReranker
 from reranker.catalog.database import Catalog
 from reranker.core.tiny_base import build_tiny_base
 
-torch.set_num_threads(2)
+# two cores for the suite: each of `make test`'s two pytest-xdist workers computes on one, a lone run on both
+torch.set_num_threads(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The default-model checks first (longest first, per file as `--dist loadfile` hands them out): the
+    longest file starting last would leave one worker computing alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files stay together
 
 
 @pytest.fixture(scope="session")
