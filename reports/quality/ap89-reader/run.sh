@@ -27,3 +27,11 @@ scripts/ap89_import.sh judged:20 data/ap89-judged-20
   --config $Q/ap89-reader/train.json
 .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-bm25-20 --reader $R/labels-seed1/checkpoint \
   --out $Q/ap89-reader/bm25-20-seed1.json
+# label-free: sentence pseudo-queries past the stored prefix, no judgment in the steps (15 min cap)
+[ -d $R/pseudo-sentence/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective labels \
+  --no-judged --pseudo-lists 400 --pseudo-query sentence --steps 100000 --minutes 15 --device cpu \
+  --cache-dir $R/units --out $R/pseudo-sentence --config $Q/ap89-reader/train.json
+for lists in bm25-20 judged-20; do
+  .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/pseudo-sentence/checkpoint \
+    --out $Q/ap89-reader/$lists-pseudo-sentence.json
+done
