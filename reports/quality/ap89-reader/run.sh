@@ -35,3 +35,11 @@ for lists in bm25-20 judged-20; do
   .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/pseudo-sentence/checkpoint \
     --out $Q/ap89-reader/$lists-pseudo-sentence.json
 done
+# combined: the labelled lists and the same pseudo-lists in one run
+[ -d $R/labels-pseudo-sentence/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 \
+  --objective labels --pseudo-lists 400 --pseudo-query sentence --steps 100000 --minutes 15 --device cpu \
+  --cache-dir $R/units --out $R/labels-pseudo-sentence --config $Q/ap89-reader/train.json
+for lists in bm25-20 judged-20; do
+  .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/labels-pseudo-sentence/checkpoint \
+    --out $Q/ap89-reader/$lists-labels-pseudo-sentence.json
+done
