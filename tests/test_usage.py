@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -166,15 +167,36 @@ DEAD_BROKER = [  # (arguments, how the line says to set the servers)
 ]
 
 
+@pytest.fixture(scope="module")
+def dead_broker_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[Path, subprocess.CompletedProcess[str], float]]:
+    """Every DEAD_BROKER command run at once (each waits out the same 5 s, so together they take one
+    wait): its folder (home/ and work/ inside), result and wall time, by the command's words."""
+    root = tmp_path_factory.mktemp("dead-broker")
+    events = root / "events.jsonl"  # a valid file: it is checked before the broker
+    events.write_text('{"op": "delete", "item_id": "a", "version": 1, "timestamp": "2024-01-01T00:00:00Z"}\n')
+
+    def run(number: int, args: list[str]) -> tuple[Path, subprocess.CompletedProcess[str], float]:
+        folder = root / str(number)
+        (folder / "work").mkdir(parents=True)
+        return folder, *_gistrank(
+            [arg.format(events=events) for arg in args], folder / "work", folder / "home"
+        )
+
+    with ThreadPoolExecutor(len(DEAD_BROKER)) as pool:
+        runs = pool.map(run, range(len(DEAD_BROKER)), [args for args, _ in DEAD_BROKER])
+        return {" ".join(args): done for (args, _), done in zip(DEAD_BROKER, runs, strict=True)}
+
+
 @pytest.mark.parametrize(("args", "how"), DEAD_BROKER, ids=[" ".join(a)[:40] for a, _ in DEAD_BROKER])
 def test_a_dead_broker_is_one_line_exit_1_within_15_s_and_touches_nothing(
-    args: list[str], how: str, tmp_path: Path
+    args: list[str],
+    how: str,
+    dead_broker_runs: dict[str, tuple[Path, subprocess.CompletedProcess[str], float]],
 ) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
-    work.mkdir()
-    events = tmp_path / "events.jsonl"  # a valid file: it is checked before the broker
-    events.write_text('{"op": "delete", "item_id": "a", "version": 1, "timestamp": "2024-01-01T00:00:00Z"}\n')
-    result, wall_s = _gistrank([arg.format(events=events) for arg in args], work, home)
+    folder, result, wall_s = dead_broker_runs[" ".join(args)]
+    home, work = folder / "home", folder / "work"
     assert result.returncode == 1, result.stderr
     lines = result.stderr.splitlines()  # no Kafka log line, no traceback: the error is all there is
     assert len(lines) == 1 and lines[0].startswith("error: no Kafka broker answered"), result.stderr
