@@ -20,12 +20,6 @@ from reranker.core.tiny_base import build_tiny_base
 torch.set_num_threads(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The default-model checks first (longest first, per file as `--dist loadfile` hands them out): the
-    longest file starting last would leave one worker computing alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files stay together
-
-
 @pytest.fixture(scope="session")
 def tiny_bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny_bases")

@@ -20,6 +20,15 @@ COMPRESSOR_SETTINGS: dict[str, tuple[str, ...]] = {
     "prefix": (),
 }
 SETTING_OWNERS = {setting: name for name, own in COMPRESSOR_SETTINGS.items() for setting in own}
+
+
+def known_compressor(name: str) -> str:
+    """`name` if it names a compressor, else a `ValueError` naming the known ones."""
+    if name not in COMPRESSOR_SETTINGS:
+        raise ValueError(f"unknown compressor {name!r}; known: {', '.join(COMPRESSOR_SETTINGS)}")
+    return name
+
+
 ScoreRule = Literal["head", "query_likelihood"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # settings that only change how the query reads a stored unit, never the unit (GistConfig.store_settings)
@@ -130,9 +139,7 @@ class GistConfig(BaseModel):
     @field_validator("compressor")
     @classmethod
     def _known_compressor(cls, name: str) -> str:
-        if name not in COMPRESSOR_SETTINGS:
-            raise ValueError(f"unknown compressor {name!r}; known: {', '.join(COMPRESSOR_SETTINGS)}")
-        return name
+        return known_compressor(name)
 
     def model_post_init(self, _context: object) -> None:
         if "{query}" not in self.query_template:

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from reranker.core.compressors import SETTING_OWNERS
-from reranker.core.config import GistConfig
+from reranker.core.config import SETTING_OWNERS, GistConfig
 from reranker.core.model import GistReranker
 from reranker.data.relevance_data import CollectionStats, bm25_terms, collection_stats
 

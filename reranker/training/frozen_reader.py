@@ -320,8 +320,8 @@ def pseudo_query(
 ) -> str | None:
     """A sentence of the item that begins at or after character `start`, cut to `max_words` words, as a
     query it should answer (None: none)."""
-    begins = [0, *(m.end() for m in _SENTENCE.finditer(text))]
-    ends = [*(m.start() for m in _SENTENCE.finditer(text)), len(text)]
+    gaps = list(_SENTENCE.finditer(text))
+    begins, ends = [0, *(m.end() for m in gaps)], [*(m.start() for m in gaps), len(text)]
     sentences = [text[b:e].split() for b, e in zip(begins, ends, strict=True) if b >= start]
     usable = [s for s in sentences if len(s) >= min_words]
     return " ".join(rng.choice(usable)[:max_words]) if usable else None

@@ -211,10 +211,10 @@ class ReaderTrainer:
 
     # ---------------------------------------------------------------------------------- reading
     def past_verbatim(self, text: str) -> int:
-        """The character of `text` where the item tokens its stored unit keeps verbatim end: the first
-        t + k under prefix caching, the first t otherwise (BOS counted, as the store counts it)."""
-        gist, bos = self.store.gist, self.store.tokenizer.bos_token_id is not None
-        kept = gist.keep_item_prefix + (gist.num_gist if self.store.compressor.name == "prefix" else 0) - bos
+        """The character of `text` where the item tokens its stored unit keeps verbatim end
+        (`Compressor.verbatim_tokens`: t + k under prefix caching, t otherwise; BOS counted there)."""
+        bos = self.store.tokenizer.bos_token_id is not None
+        kept = self.store.compressor.verbatim_tokens(self.store.gist) - bos
         if kept <= 0:
             return 0
         encoded = self.store.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)

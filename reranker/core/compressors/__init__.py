@@ -11,7 +11,7 @@ from reranker.core.compressors.base import Compressor
 from reranker.core.compressors.gist import GistCompressor
 from reranker.core.compressors.prefix import PrefixCompressor
 from reranker.core.compressors.select import SelectCompressor
-from reranker.core.config import SETTING_OWNERS
+from reranker.core.config import known_compressor
 
 COMPRESSORS: dict[str, Compressor] = {
     c.name: c for c in (GistCompressor(), SelectCompressor(), PrefixCompressor())
@@ -20,15 +20,11 @@ COMPRESSORS: dict[str, Compressor] = {
 
 def compressor_for(name: str) -> Compressor:
     """The compressor called `name`; a `ValueError` naming the known ones otherwise."""
-    try:
-        return COMPRESSORS[name]
-    except KeyError:
-        raise ValueError(f"unknown compressor {name!r}; known: {', '.join(COMPRESSORS)}") from None
+    return COMPRESSORS[known_compressor(name)]
 
 
 __all__ = [
     "COMPRESSORS",
-    "SETTING_OWNERS",
     "Compressor",
     "GistCompressor",
     "PrefixCompressor",

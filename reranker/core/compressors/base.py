@@ -66,6 +66,10 @@ class Compressor(ABC):
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         """s: columns after the prefix a valid unit of budget k for an item of j tokens holds."""
 
+    def verbatim_tokens(self, gist: GistConfig) -> int:
+        """Item tokens (BOS included) a unit keeps as they are, from the item's start: the hybrid prefix t."""
+        return gist.keep_item_prefix
+
     @abstractmethod
     def query_start(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         """Position id of the query's first token: where it sat in the forward the unit was cut from."""

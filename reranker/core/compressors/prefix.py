@@ -44,8 +44,11 @@ class PrefixCompressor(Compressor):
     def query_start(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         return prefix_tokens + self.tail_slots(budget, item_tokens, prefix_tokens)
 
+    def verbatim_tokens(self, gist: GistConfig) -> int:
+        return gist.keep_item_prefix + gist.num_gist  # the first t + k tokens are the whole unit
+
     def reference_scores(self, model: GistReranker, query: str, items: Sequence[str]) -> torch.Tensor:
-        n = model.gist.keep_item_prefix + model.gist.num_gist
+        n = self.verbatim_tokens(model.gist)
         item_ids, _ = model.item_ids(items)
         return model.score_full_ids(query, [ids[:n] for ids in item_ids])
 
