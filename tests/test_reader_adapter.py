@@ -146,6 +146,32 @@ def test_training_lowers_the_held_out_loss_and_rewrites_no_stored_unit(
     assert after < 0.5 * before, (before, after)
 
 
+def test_full_context_targets_are_computed_once_per_model_and_read_back_by_a_later_run(
+    store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = toy_set()
+    cfg = ReaderTrainConfig(model=str(store_path), rank=2, objective="distill", holdout_queries=2)
+    first = ReaderTrainer(cfg, data, tmp_path / "a", device="cpu", cache_dir=tmp_path / "cache")
+    first._fill(progress=False)
+    written = first.targets_file.read_text()
+    assert len(written.splitlines()) == len(first.targets) > 0
+    assert not any(t in written for x in first.lists for t in [x.query, *x.texts])  # hashes, no text
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("a target computed again")
+
+    again = ReaderTrainer(
+        cfg.model_copy(update={"objective": "both"}),
+        data,
+        tmp_path / "b",
+        device="cpu",
+        cache_dir=tmp_path / "cache",
+    )
+    monkeypatch.setattr(type(again.store), "score_full", refuse)
+    again._fill(progress=False)
+    assert again.targets == first.targets and again.targets_file.read_text() == written
+
+
 def test_pseudo_query_lists_ask_an_items_title_of_it_and_its_bm25_neighbours(store_path: Path) -> None:
     data = toy_set()
     cfg = ReaderTrainConfig(

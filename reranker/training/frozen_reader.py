@@ -160,7 +160,7 @@ class ItemKVCache:
         for text, unit in zip(texts, self.units(texts), strict=True):
             self.held[text] = unit
             if self.folder is not None:
-                self._path(text).write_bytes(kv_codec.encode(unit, self._key(text)))
+                self._path(text).write_bytes(kv_codec.encode(unit, self.text_key(text)))
         self.computed += len(texts)
 
     def units(self, texts: list[str], batch_size: int = 4) -> list[GistKV]:
@@ -205,12 +205,13 @@ class ItemKVCache:
         return True
 
     @staticmethod
-    def _key(text: str) -> str:
+    def text_key(text: str) -> str:
+        """A text's name on disk: its SHA-256 (the text itself is never written)."""
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _path(self, text: str) -> Path:
         assert self.folder is not None
-        return self.folder / f"{self._key(text)}.kv"
+        return self.folder / f"{self.text_key(text)}.kv"
 
 
 def stack_items(units: Sequence[GistKV], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

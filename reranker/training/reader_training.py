@@ -30,6 +30,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -180,6 +181,11 @@ class ReaderTrainer:
         self.master = [p.detach().float().clone() for p in self.trained]
         self.optimizer = torch.optim.AdamW(self.master, lr=cfg.lr, weight_decay=0.0)
         self.units = StoredUnits(self.model, cache_dir, cfg.memory_items)
+        # the full-context reader's scores depend on the untouched model alone: kept beside the units, one
+        # line per pair as it is computed, so a later run (another objective, a resumed one) reads them back
+        self.targets_file = (
+            None if cache_dir is None else Path(cache_dir) / f"targets-{self.store.reader_fingerprint}.jsonl"
+        )
         self.rng = random.Random(cfg.seed)
 
         train, dev = judged_lists(data.split("train")), judged_lists(data.split("dev"))
@@ -234,11 +240,34 @@ class ReaderTrainer:
         texts = list(dict.fromkeys(t for x in [*self.lists, *self.dev] for t in x.texts))
         self.units.fill(texts, progress)
         if self.cfg.objective != "labels":
-            for x in tqdm(self.lists, desc="full-context targets", disable=not progress):
-                with torch.inference_mode():
-                    scores = self.store.score_full(x.query, x.texts).tolist()
-                self.targets.update(((x.query, t), s) for t, s in zip(x.texts, scores, strict=True))
+            self._fill_targets(progress)
         self.fill_seconds = time.perf_counter() - start
+
+    def _fill_targets(self, progress: bool) -> None:
+        """The full-context reader's score of every training pair: read back from `targets_file` where an
+        earlier run over the same untouched model computed it, else computed (one forward over each list's
+        missing items) and appended there, keyed by the SHA-256 of query and item (no text written)."""
+        key = ItemKVCache.text_key
+        known: dict[tuple[str, str], float] = {}
+        if self.targets_file is not None and self.targets_file.exists():
+            for line in self.targets_file.read_text().splitlines():
+                row = json.loads(line)
+                known[(row["query"], row["item"])] = row["score"]
+        with self.targets_file.open("a") if self.targets_file is not None else nullcontext() as log:
+            for x in tqdm(self.lists, desc="full-context targets", disable=not progress):
+                missing = [t for t in x.texts if (key(x.query), key(t)) not in known]
+                if missing:
+                    with torch.inference_mode():
+                        scores = self.store.score_full(x.query, missing).tolist()
+                    q = key(x.query)
+                    rows = [
+                        {"query": q, "item": key(t), "score": v} for t, v in zip(missing, scores, strict=True)
+                    ]
+                    known.update(((r["query"], r["item"]), r["score"]) for r in rows)
+                    if log is not None:
+                        log.writelines(json.dumps(r) + "\n" for r in rows)
+                        log.flush()
+                self.targets.update(((x.query, t), known[(key(x.query), key(t))]) for t in x.texts)
 
     # --------------------------------------------------------------------------------- training
     def train_step(self) -> dict[str, float]:
