@@ -2,7 +2,9 @@
 reading a real Feast SQLite store that `gistrank materialize` filled for the store's model. A retrained
 reader (adapters at query rows, head) keeps the store's fingerprint, so the view it reads is the one
 already there: every candidate a Feast hit, nothing recomputed, no row written, and the scores are the
-new reader's. A new compressor is another store: no view covers it until it is materialized."""
+new reader's. The store is a selection (the select compressor: the compressor most unlike the reader's
+own item rows), so this is also its path through Feast into Triton under one fingerprint. A new
+compressor is another store: no view covers it until it is materialized."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from reranker.serving.client import RerankClient
 from reranker.serving.server import free_port
 from reranker.store import GistStore
 
-pytestmark = [pytest.mark.triton, pytest.mark.reader_adapter]
+pytestmark = [pytest.mark.triton, pytest.mark.reader_adapter, pytest.mark.select]
 
 QUERY = "steel kettle"
 
@@ -39,7 +41,7 @@ def test_a_retrained_reader_rolls_out_over_the_served_store_with_no_write(
         items = catalog.get(ids)
     texts = [render_item(items[i].title, items[i].attributes, items[i].description) for i in ids]
 
-    gist = GistConfig(num_gist=4, compressor="prefix", max_item_tokens=160, dtype="float32")
+    gist = GistConfig(num_gist=4, compressor="select", max_item_tokens=160, dtype="float32")
     store_model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
     store_ckpt = store_model.save_pretrained(tmp_path / "store")
     reader = store_model.with_gist_config(gist.model_copy(update={"reader_adapter_rank": 2}))
@@ -62,7 +64,7 @@ def test_a_retrained_reader_rolls_out_over_the_served_store_with_no_write(
         app, ["rollout", "status", "--model", str(reader_ckpt), "--catalog-url", url, *feast]
     )
     assert status.exit_code == 0 and "covers the catalog" in status.output, status.output
-    other = f"{store_ckpt}?compressor=select"
+    other = f"{store_ckpt}?compressor=prefix"
     status = runner.invoke(app, ["rollout", "status", "--model", other, "--catalog-url", url, *feast])
     assert status.exit_code == 3 and "the store has no view of it" in status.output, status.output
 
