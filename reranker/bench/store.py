@@ -51,7 +51,7 @@ def _compressed_so_far() -> float:
     return REGISTRY.get_sample_value("gistrank_consumer_items_compressed_total") or 0.0
 
 
-def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batch: int) -> dict:
+def _consumer_vs_compress(model: GistReranker, workdir: Path, servers: str, n_items: int, batch: int) -> dict:
     """Steady-state pipeline throughput: the group is joined and the model warm (one warm-up item)
     before the clock starts; progress comes from the consumer's own counter, so watching costs nothing."""
     relevance = generate(0, max(1, n_items // 4) + 1, 1, length_tokens=(150, 400))
@@ -65,10 +65,12 @@ def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batc
     catalog = Catalog(f"sqlite:///{workdir / 'catalog.db'}")
     store = GistStore(workdir / "feast", fingerprint=model.fingerprint)
     store.apply()
-    broker = KafkaBroker(workdir / "kafka")
     stop = threading.Event()
+    worker: threading.Thread | None = None
     try:
-        settings = KafkaSettings.from_env(bootstrap_servers=broker.start(), group_id="gistrank-bench")
+        settings = KafkaSettings.from_env(
+            bootstrap_servers=servers, topic="bench", dlq_topic="bench.dlq", group_id="gistrank-bench"
+        )
         ensure_topics(settings, partitions=3)
         consumer = GistConsumer(settings, model, store, batch_size=n_items, compress_batch_size=batch)
         worker = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
@@ -94,7 +96,8 @@ def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batc
         pipeline_s = time.perf_counter() - start
     finally:
         stop.set()
-        broker.stop()
+        if worker is not None:
+            worker.join(timeout=60)  # the consumer leaves its group before the next bench shares the broker
     raw, pipeline = n_items / raw_s, n_items / pipeline_s
     stored = store.read([item.item_id for item in items])
     if any(row is None for row in stored.values()):
@@ -108,7 +111,12 @@ def _consumer_vs_compress(model: GistReranker, workdir: Path, n_items: int, batc
 
 
 def _consumer_scaling(
-    model: GistReranker, workdir: Path, n_items: int, batch: int, processes: tuple[int, ...] = (1, 2)
+    model: GistReranker,
+    workdir: Path,
+    servers: str,
+    n_items: int,
+    batch: int,
+    processes: tuple[int, ...] = (1, 2),
 ) -> dict:
     """A backfill of `n_items` events drained by N `gistrank consume` processes of one group, for each N in
     `processes`, on a topic of max(processes) partitions. The clock starts once every process has loaded
@@ -119,10 +127,8 @@ def _consumer_scaling(
     warmups, items = items[:8], items[8 : 8 + n_items]
     catalog = Catalog(f"sqlite:///{workdir / 'catalog.db'}")
     GistStore(workdir / "feast", fingerprint=model.fingerprint).apply()
-    broker = KafkaBroker(workdir / "kafka")
     rates: dict[str, float] = {}
     try:
-        servers = broker.start()
         for count in processes:
             settings = KafkaSettings.from_env(
                 bootstrap_servers=servers, topic=f"scale-{count}", dlq_topic=f"scale-{count}.dlq",
@@ -176,7 +182,6 @@ def _consumer_scaling(
                 for proc in procs:
                     proc.wait(timeout=120)
     finally:
-        broker.stop()
         catalog.close()
     return {
         "items": n_items,
@@ -293,10 +298,17 @@ def run_store_bench(
     console = Console()
     workdir.mkdir(parents=True, exist_ok=True)
     model = GistReranker.from_pretrained(base, GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype)))
+    broker = KafkaBroker(workdir / "kafka")  # one broker for both consumer benches, a topic each
+    try:
+        servers = broker.start()
+        consumer = _consumer_vs_compress(model, workdir / "consumer", servers, consumer_items, compress_batch)
+        scaling = _consumer_scaling(model, workdir / "scaling", servers, consumer_items, compress_batch)
+    finally:
+        broker.stop()
     result = {
         "meta": {"base": base, "num_gist": num_gist, "dtype": model.gist.dtype, "device": str(model.device)},
-        "consumer": _consumer_vs_compress(model, workdir / "consumer", consumer_items, compress_batch),
-        "consumer_scaling": _consumer_scaling(model, workdir / "scaling", consumer_items, compress_batch),
+        "consumer": consumer,
+        "consumer_scaling": scaling,
         "read": _read_latency(model, workdir / "read", read_ids, read_repeats),
         "blobs": _blob_sizes(model),
     }
