@@ -43,3 +43,11 @@ for lists in bm25-20 judged-20; do
   .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/labels-pseudo-sentence/checkpoint \
     --out $Q/ap89-reader/$lists-labels-pseudo-sentence.json
 done
+# distillation: KL to the whole-article zero-shot reader's scores (its targets computed once per pair and
+# kept in --cache-dir: ~60 CPU-minutes of 1,024-token forwards, read back by any later run)
+[ -d $R/distill/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective distill \
+  --steps 100000 --minutes 15 --device cpu --cache-dir $R/units --out $R/distill --config $Q/ap89-reader/train.json
+for lists in bm25-20 judged-20; do
+  .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/distill/checkpoint \
+    --out $Q/ap89-reader/$lists-distill.json
+done
