@@ -170,13 +170,12 @@ def test_eval_refuses_a_duplicated_relevance_row_naming_file_and_line(tmp_path: 
 def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     """`make demo` on a tiny model: every stage runs against the real services and they all stop. (The
     select compressor's way through Feast into Triton: tests/test_reader_rollout.py.)"""
-    compressor = "gist"
     args = ["demo", "--model", str(tiny_base), "--num-gist", "4", "--dtype", "float32"]
-    args += ["--workdir", str(tmp_path / "demo"), "--queries", "2", "--compressor", compressor]
+    args += ["--workdir", str(tmp_path / "demo"), "--queries", "2", "--compressor", "gist"]
     result = runner.invoke(app, args, env={"COLUMNS": "200"})  # table cells unwrapped
     assert result.exit_code == 0, result.output
     out = result.output
-    assert f": {compressor}, k=4, t=0, float32, fingerprint" in out
+    assert ": gist, k=4, t=0, float32, fingerprint" in out
     assert "16/16 items have stored K/V in Feast" in out
     assert out.count("query: ") == 2
     assert "→ version" in out and "(feast)" in out.split("→ version")[1]

@@ -2,9 +2,9 @@
 reading a real Feast SQLite store that `gistrank materialize` filled for the store's model. A retrained
 reader (adapters at query rows, head) keeps the store's fingerprint, so the view it reads is the one
 already there: every candidate a Feast hit, nothing recomputed, no row written, and the scores are the
-new reader's. The store is a selection (the select compressor: the compressor most unlike the reader's
-own item rows), so this is also its path through Feast into Triton under one fingerprint. A new
-compressor is another store: no view covers it until it is materialized."""
+new reader's. The store is a selection (the select compressor), so this is also that compressor's path
+through Feast into Triton under one fingerprint. A new compressor is another store: no view covers it
+until it is materialized."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ def test_hybrid_checkpoint_ranks_test_queries_far_better_than_untrained_gists(
 def test_shipped_teacher_ranks_test_queries_far_better_than_its_untrained_base(
     fp32_base: GistReranker,
 ) -> None:
-    """The demo's shadow: the full-context LoRA teacher reads each whole item."""
+    """The demo's shadow: the full-context LoRA teacher reads each item in full (up to `SHORT`'s cap)."""
     torch.manual_seed(0)
     teacher = GistReranker.from_pretrained(f"{SHADOW_CHECKPOINT}{SHORT}", device="cpu")
     assert teacher.has_lora and teacher.gist.max_item_tokens == 128

@@ -255,19 +255,20 @@ class ReaderTrainer:
                 known[(row["query"], row["item"])] = row["score"]
         with self.targets_file.open("a") if self.targets_file is not None else nullcontext() as log:
             for x in tqdm(self.lists, desc="full-context targets", disable=not progress):
-                missing = [t for t in x.texts if (key(x.query), key(t)) not in known]
+                q, items = key(x.query), {t: key(t) for t in x.texts}
+                missing = [t for t, k in items.items() if (q, k) not in known]
                 if missing:
                     with torch.inference_mode():
                         scores = self.store.score_full(x.query, missing).tolist()
-                    q = key(x.query)
                     rows = [
-                        {"query": q, "item": key(t), "score": v} for t, v in zip(missing, scores, strict=True)
+                        {"query": q, "item": items[t], "score": v}
+                        for t, v in zip(missing, scores, strict=True)
                     ]
-                    known.update(((r["query"], r["item"]), r["score"]) for r in rows)
+                    known.update(((q, r["item"]), r["score"]) for r in rows)
                     if log is not None:
                         log.writelines(json.dumps(r) + "\n" for r in rows)
                         log.flush()
-                self.targets.update(((x.query, t), known[(key(x.query), key(t))]) for t in x.texts)
+                self.targets.update(((x.query, t), known[(q, k)]) for t, k in items.items())
 
     # --------------------------------------------------------------------------------- training
     def train_step(self) -> dict[str, float]:
