@@ -584,7 +584,11 @@ def rollout_status(
     catalog, no store, no view of that model, store unreachable)."""
     from reranker.store import FeatureStoreUnavailableError
 
-    target = _fingerprint(fingerprint, model, num_gist, compressor, max_item_tokens)
+    if fingerprint:
+        reader, target = None, fingerprint
+    else:
+        reader = _load_model(model, num_gist, None, compressor, max_item_tokens)
+        target = reader.fingerprint
 
     def cannot_tell(reason: str) -> NoReturn:
         typer.echo(f"cannot tell whether model {target} covers the catalog: {reason}", err=True)
@@ -597,6 +601,11 @@ def rollout_status(
     if target not in coverages:
         cannot_tell("the store has no view of it (its consumers never ran, or a mistyped fingerprint)")
     covered = coverages[target]
+    if reader is not None and reader.gist.reader_adapter_rank:
+        typer.echo(
+            f"a reader for store {target} (reader {reader.reader_fingerprint}): its adapter acts at query "
+            "rows only, so it reads that store's view as it is — rolling it out writes nothing to the store"
+        )
     typer.echo(f"{covered.items} live catalog items")
     typer.echo(f"{'model fingerprint':<34} {'current':>9} {'behind':>8} {'missing':>8} {'coverage':>9}")
     for view, cov in coverages.items():

@@ -64,6 +64,8 @@ def test_a_retrained_reader_rolls_out_over_the_served_store_with_no_write(
         app, ["rollout", "status", "--model", str(reader_ckpt), "--catalog-url", url, *feast]
     )
     assert status.exit_code == 0 and "covers the catalog" in status.output, status.output
+    assert f"a reader for store {store_model.fingerprint}" in status.output, status.output
+    assert "rolling it out writes nothing to the store" in status.output
     other = f"{store_ckpt}?compressor=prefix"
     status = runner.invoke(app, ["rollout", "status", "--model", other, "--catalog-url", url, *feast])
     assert status.exit_code == 3 and "the store has no view of it" in status.output, status.output
