@@ -51,3 +51,10 @@ for lists in bm25-20 judged-20; do
   .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/distill/checkpoint \
     --out $Q/ap89-reader/$lists-distill.json
 done
+# labels + distillation: the same lists, both losses; the targets read back from --cache-dir
+[ -d $R/labels-distill/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective both \
+  --steps 100000 --minutes 15 --device cpu --cache-dir $R/units --out $R/labels-distill --config $Q/ap89-reader/train.json
+for lists in bm25-20 judged-20; do
+  .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/labels-distill/checkpoint \
+    --out $Q/ap89-reader/$lists-labels-distill.json
+done
