@@ -58,3 +58,10 @@ for lists in bm25-20 judged-20; do
   .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/labels-distill/checkpoint \
     --out $Q/ap89-reader/$lists-labels-distill.json
 done
+# the synthetic catalog: train-reader's `--data synthetic` set saved to a folder, labels only, read on its dev split
+[ -d data/synthetic-200 ] || .venv/bin/python -c "from reranker.data.data_synth import generate; \
+generate(0, 200, queries_per_product=4, length_tokens=(100, 1024)).save_jsonl('data/synthetic-200')"
+[ -d runs/synthetic-reader/checkpoint ] || $G train-reader --data data/synthetic-200 --objective labels \
+  --steps 100000 --minutes 8 --device cpu --out runs/synthetic-reader --config $Q/ap89-reader/train.json
+.venv/bin/python $Q/ap89-reader/evaluate.py --data data/synthetic-200 --reader runs/synthetic-reader/checkpoint \
+  --out $Q/ap89-reader/synthetic-dev.json
