@@ -129,6 +129,7 @@ CANDIDATE_ERRORS = ("unknown_item", "catalog_unavailable", "recompute_failed")
 REFRESH_RESULTS = ("published", "failed", "dropped")
 REQUEST_OUTCOMES = ("ok", "invalid", "error")
 STAGES = ("fetch", "model", "total")
+FIRST_STAGE = ("given", "absent")
 SHADOW_OUTCOMES = ("compared", "dropped", "failed")
 SHADOW_KS = (1, 5, 10)
 
@@ -176,6 +177,13 @@ L1_EVICTIONS = ServingMetric(
 REQUESTS = ServingMetric(
     "counter", "gistrank_rerank_requests_total", "Rerank requests, by outcome.", ["outcome"]
 )
+FIRST_STAGE_REQUESTS = ServingMetric(
+    "counter",
+    "gistrank_rerank_first_stage_requests_total",
+    "Valid rerank requests by whether they brought first-stage scores (given: SCORES fused with them) "
+    "or not (absent: SCORES are the reranker's).",
+    ["first_stage"],
+)
 REQUEST_SECONDS = ServingMetric(
     "histogram",
     "gistrank_rerank_request_duration_seconds",
@@ -212,6 +220,19 @@ SHADOW_REFERENCE = ServingMetric(
     "Sum over compared requests of min(K, scored candidates): the denominator of recall@K.",
     ["k"],
 )
+SHADOW_FUSED_OVERLAP = ServingMetric(
+    "counter",
+    "gistrank_shadow_fused_topk_overlap_total",
+    "Over compared requests that brought first-stage scores: sum of |top-K of the served (fused) ranking "
+    "∩ top-K of the full-context scores fused with the same first-stage scores by the same rule|.",
+    ["k"],
+)
+SHADOW_FUSED_REFERENCE = ServingMetric(
+    "counter",
+    "gistrank_shadow_fused_topk_reference_total",
+    "Over compared requests that brought first-stage scores: sum of min(K, scored candidates).",
+    ["k"],
+)
 
 ITEMS_TRUNCATED = ServingMetric(
     "counter",
@@ -229,12 +250,15 @@ _ALL = (
     L1_ENTRIES,
     L1_EVICTIONS,
     REQUESTS,
+    FIRST_STAGE_REQUESTS,
     REQUEST_SECONDS,
     REQUEST_CANDIDATES,
     SHADOW_SAMPLED,
     SHADOW_REQUESTS,
     SHADOW_OVERLAP,
     SHADOW_REFERENCE,
+    SHADOW_FUSED_OVERLAP,
+    SHADOW_FUSED_REFERENCE,
     ITEMS_TRUNCATED,
 )
 
@@ -255,6 +279,8 @@ def _declare_series() -> None:
         REFRESH_REQUESTS.labels(result=result)
     for outcome in REQUEST_OUTCOMES:
         REQUESTS.labels(outcome=outcome)
+    for given in FIRST_STAGE:
+        FIRST_STAGE_REQUESTS.labels(first_stage=given)
     for stage in STAGES:
         REQUEST_SECONDS.labels(stage=stage)
     for outcome in SHADOW_OUTCOMES:
@@ -262,6 +288,8 @@ def _declare_series() -> None:
     for k in SHADOW_KS:
         SHADOW_OVERLAP.labels(k=str(k))
         SHADOW_REFERENCE.labels(k=str(k))
+        SHADOW_FUSED_OVERLAP.labels(k=str(k))
+        SHADOW_FUSED_REFERENCE.labels(k=str(k))
 
 
 def export_through_triton(pb_utils: Any, model_instance: str) -> None:

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -32,6 +32,9 @@ from streaming.cli import (
     publish,
     rollout_app,
 )
+
+if TYPE_CHECKING:
+    from reranker.evaluation.results import EvalResult
 
 GainChoice = StrEnum("GainChoice", {name: name for name in GAIN_FORMULA})  # eval --gain
 HOME = home()  # $GISTRANK_HOME: the state folder (reranker/core/home.py)
@@ -917,6 +920,13 @@ def evaluate(
         GainChoice,
         typer.Option(help="nDCG gain: linear (the label, trec_eval's) | exponential (2^label − 1)"),
     ] = GainChoice.linear,
+    fit_fusion: Annotated[
+        bool,
+        typer.Option(
+            help="also write fusion.json: each --student's BM25 fusion weight fitted on this split, for "
+            "`gistrank serve --model REF --fusion <out>/fusion.json`"
+        ),
+    ] = False,
 ) -> None:
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG.
 
@@ -960,7 +970,25 @@ def evaluate(
     typer.echo((out / "report.md").read_text())
     plots = " and plots" if student else ""  # full-context models alone have no metric-vs-k plot
     runs = f"; run files in {run_dir}" if run_dir else ""
-    typer.echo(f"{result.queries} queries; wrote {out}/results.json, report.md{plots}{runs}")
+    fitted = ""
+    if fit_fusion:
+        fitted = f", {_write_fusion(result, out)}"
+    typer.echo(f"{result.queries} queries; wrote {out}/results.json, report.md{fitted}{plots}{runs}")
+
+
+def _write_fusion(result: EvalResult, out: Path) -> str:
+    """fusion.json of `eval --fit-fusion`, and how to serve each entry; → the file's name."""
+    from reranker.core.fusion import FUSION_FILE
+    from reranker.evaluation.fusion import served_fusions
+
+    fusions = served_fusions(result)
+    if not fusions["models"]:
+        typer.echo("no fusion fitted: the set has no BM25 scores or no student was evaluated", err=True)
+    (out / FUSION_FILE).write_text(json.dumps(fusions, indent=2) + "\n")
+    for model, entry in fusions["models"].items():
+        serve = f"gistrank serve --model '{model}' --fusion {out / FUSION_FILE}"
+        typer.echo(f"{model} fused with BM25 at {entry['fusion']}: {serve}")
+    return FUSION_FILE
 
 
 @app.command(name="eval-merge")

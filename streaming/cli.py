@@ -601,6 +601,11 @@ def rollout_status(
     if target not in coverages:
         cannot_tell("the store has no view of it (its consumers never ran, or a mistyped fingerprint)")
     covered = coverages[target]
+    if reader is not None:  # how replicas of --model read the view: a shadow compares one reading only
+        typer.echo(
+            f"--model reads store {target} as reader {reader.reader_fingerprint}, its scores fused with "
+            f"requests' first-stage scores by {reader.fusion}"
+        )
     if reader is not None and reader.gist.reader_adapter_rank:
         typer.echo(
             f"a reader for store {target} (reader {reader.reader_fingerprint}): its adapter acts at query "

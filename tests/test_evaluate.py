@@ -18,11 +18,12 @@ from reranker.core.compressors.prefix import PrefixCompressor
 from reranker.core.compressors.select import SelectCompressor
 from reranker.core.config import GistConfig
 from reranker.core.errors import EmptyInputError
+from reranker.core.fusion import interpolate, minmax
 from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
 from reranker.data.relevance_data import collection_stats
 from reranker.evaluation.baselines import bm25_scores
-from reranker.evaluation.fusion import WEIGHTS, fit_weight, interpolate, minmax
+from reranker.evaluation.fusion import WEIGHTS, fit_weight
 from reranker.evaluation.report import markdown_report, write_outputs
 from reranker.evaluation.results import (
     METRICS,

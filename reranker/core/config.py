@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reranker.core.fusion import DEFAULT_FUSION, canonical_fusion
+
 if TYPE_CHECKING:  # torch is imported where a dtype is resolved: a settings check (every command's first
     import torch  # step, reranker.core.model_refs) must not pay for it
 
@@ -32,7 +34,7 @@ def known_compressor(name: str) -> str:
 ScoreRule = Literal["head", "query_likelihood"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # settings that only change how the query reads a stored unit, never the unit (GistConfig.store_settings)
-READING_FIELDS = ("score_rule", "query_template", "max_query_tokens", "reader_adapter_rank")
+READING_FIELDS = ("score_rule", "query_template", "max_query_tokens", "reader_adapter_rank", "fusion")
 # query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
 
@@ -135,6 +137,17 @@ class GistConfig(BaseModel):
         "\nQuery: {query}\nRelevant:",
         description="how the query is written after the gists; must contain {query}",
     )
+    fusion: str = Field(
+        DEFAULT_FUSION,
+        description="how serving combines the reranker's scores with first-stage scores a request brings "
+        "(core/fusion.py): 'linear:W' = W · minmax(reranker) + (1 − W) · minmax(first stage) per request, "
+        "'rrf:W[:K]' = weighted reciprocal-rank fusion, 'none' = the reranker's scores as they are",
+    )
+
+    @field_validator("fusion")
+    @classmethod
+    def _known_fusion(cls, text: str) -> str:
+        return canonical_fusion(text)
 
     @field_validator("compressor")
     @classmethod

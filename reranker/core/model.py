@@ -50,6 +50,7 @@ from reranker.core.errors import (
     KVFormatError,
     QueryTooLongError,
 )
+from reranker.core.fusion import Fusion
 from reranker.core.gist_adapter import GistAdapter
 from reranker.core.kv import GistKV, Kept
 from reranker.core.reader_adapter import ReaderAdapter
@@ -518,28 +519,46 @@ class GistReranker(GistWeights):
         self.check_kv([kv])
         return kv
 
+    @property
+    def fusion(self) -> Fusion:
+        """How first-stage scores are combined with this model's (`GistConfig.fusion`)."""
+        return Fusion.parse(self.gist.fusion)
+
     def rank(
         self,
         query: str,
         items: Sequence[str] | Sequence[GistKV],
         top_k: int | None = None,
         batch_size: int = 16,
+        first_stage_scores: Sequence[float] | None = None,
     ) -> list[tuple[int, float]]:
         """Rank candidates for `query`, best first → [(index into `items`, score)], the `top_k` best
-        (all when None). `items`: texts (compressed here) or stored K/V (scored as they are)."""
+        (all when None). `items`: texts (compressed here) or stored K/V (scored as they are). With
+        `first_stage_scores` (one per item) the scores are fused with them by `fusion`, as served."""
         if not items:
             raise EmptyInputError("no candidates given")
         texts = all(isinstance(x, str) for x in items)
         kvs = self.compress(items, batch_size) if texts else list(items)  # type: ignore[arg-type]
         scores = self.score(query, kvs).tolist()  # type: ignore[arg-type]
+        if first_stage_scores is not None:
+            scores = self.fusion.fuse(scores, first_stage_scores)
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
         return [(i, scores[i]) for i in order[:top_k]]
 
-    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 16) -> list[float]:
+    def predict(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        batch_size: int = 16,
+        first_stage_scores: Sequence[float] | None = None,
+    ) -> list[float]:
         """CrossEncoder-style: one score per (query, item text) pair, in input order, read as the system
-        reads it — each distinct item compressed once, each query scored over its items' stored K/V."""
+        reads it — each distinct item compressed once, each query scored over its items' stored K/V.
+        With `first_stage_scores` (one per pair) each query's pairs are one candidate list, fused by
+        `fusion` as served."""
         if not pairs:
             raise EmptyInputError("no (query, item) pairs given")
+        if first_stage_scores is not None and len(first_stage_scores) != len(pairs):
+            raise ValueError(f"{len(first_stage_scores)} first-stage scores for {len(pairs)} pairs")
         texts = list(dict.fromkeys(text for _, text in pairs))
         kv_of = dict(zip(texts, self.compress(texts, batch_size), strict=True))
         rows: dict[str, list[int]] = {}
@@ -547,9 +566,10 @@ class GistReranker(GistWeights):
             rows.setdefault(query, []).append(i)
         out = [0.0] * len(pairs)
         for query, at in rows.items():
-            for i, value in zip(
-                at, self.score(query, [kv_of[pairs[i][1]] for i in at]).tolist(), strict=True
-            ):
+            values = self.score(query, [kv_of[pairs[i][1]] for i in at]).tolist()
+            if first_stage_scores is not None:
+                values = self.fusion.fuse(values, [first_stage_scores[i] for i in at])
+            for i, value in zip(at, values, strict=True):
                 out[i] = value
         return out
 

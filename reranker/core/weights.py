@@ -37,6 +37,7 @@ from reranker.core.checkpoints import (
 )
 from reranker.core.compressors import compressor_for
 from reranker.core.config import GistConfig, compute_dtype_for, resolve_dtype
+from reranker.core.fusion import DEFAULT_FUSION
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -56,6 +57,7 @@ _LATER_FIELDS = {
     "gist_pool_windows": False,
     "select_head_budget": "uniform",
     "reader_adapter_rank": 0,
+    "fusion": DEFAULT_FUSION,
 }
 # what only the query reads (`ReaderAdapter`, head, score token): outside the store's fingerprint
 _READER_TENSORS = ("reader_adapter.", "head.", "score_embedding")

@@ -1,5 +1,5 @@
-"""A reranker interpolated with BM25, as search teams deploy one: per query, both score lists min-max
-normalised over the candidates, then α · model + (1 − α) · bm25.
+"""The weight of a reranker interpolated with BM25 (`linear:α` of reranker/core/fusion.py, the rule
+serving applies): per query, both score lists min-max normalised, then α · model + (1 − α) · bm25.
 
 α comes from the grid {0, 0.1, …, 1}, chosen to maximise mean nDCG@10. The weight to deploy is fitted
 on all evaluated queries; the quality reported for the interpolation uses, for each query, the weight
@@ -10,21 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from reranker.core.fusion import interpolate
+from reranker.evaluation.results import EvalResult
 from reranker.ranking_metrics import Gain, ndcg_at_k
 
 WEIGHTS = tuple(i / 10 for i in range(11))
-
-
-def minmax(scores: Sequence[float]) -> list[float]:
-    """Scores mapped onto [0, 1] over one candidate list (all 0 when they are all equal)."""
-    lo, hi = min(scores), max(scores)
-    return [0.0] * len(scores) if hi == lo else [(s - lo) / (hi - lo) for s in scores]
-
-
-def interpolate(model: Sequence[float], bm25: Sequence[float], weight: float) -> list[float]:
-    """weight · minmax(model) + (1 − weight) · minmax(bm25), candidate by candidate."""
-    return [weight * m + (1 - weight) * b for m, b in zip(minmax(model), minmax(bm25), strict=True)]
 
 
 @dataclass(frozen=True)
@@ -55,3 +47,31 @@ def fit_weight(
         return max(WEIGHTS, key=lambda w: (round(held[w], 12), -w))
 
     return Fitted(best(None), {q: best(q) for q in queries})
+
+
+def served_fusions(result: EvalResult) -> dict[str, Any]:
+    """The `fusion.json` of an evaluation (`gistrank eval --fit-fusion`): for each evaluated model that
+    serving can load (a student's own online path), the fusion setting fitted on this split and the
+    quality it was fitted at — `gistrank serve --model REF --fusion <out>/fusion.json` serves it."""
+    models = {}
+    for fused, fit in result.interpolation.items():
+        if "model" not in fit:
+            continue
+        system = fused.removesuffix(" + bm25")
+        ndcg = {
+            name: result.summary[name].all["ndcg@10"]
+            for name in (fused, system, "bm25")
+            if name in result.summary
+        }
+        models[fit["model"]] = {
+            "fusion": f"linear:{fit['weight']:g}",
+            "system": system,
+            "held_out_weights": fit["held_out_range"],
+            # the fused row's queries each read at the weight fitted on the others (leave-one-query-out)
+            "ndcg@10": {
+                "fused (held-out weight)": ndcg.get(fused),
+                "reranker": ndcg.get(system),
+                "bm25": ndcg.get("bm25"),
+            },
+        }
+    return {"split": result.split, "queries": result.queries, "gain": result.gain, "models": models}

@@ -29,11 +29,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from reranker.core.fusion import interpolate
 from reranker.core.kv_codec import payload_nbytes
 from reranker.core.model import GistReranker
 from reranker.data.relevance_data import RelevanceSet, collection_stats
 from reranker.evaluation.baselines import BM25_B, BM25_K1
-from reranker.evaluation.fusion import fit_weight, interpolate
+from reranker.evaluation.fusion import fit_weight
 from reranker.evaluation.report import write_outputs
 from reranker.evaluation.results import RECALL_KS, TEACHER, EvalResult, QueryRecord, SystemFacts, summarize
 from reranker.evaluation.run_files import load_cached, save_runs
@@ -309,7 +310,9 @@ def bm25_interpolations(
         ]
         family = "teacher + bm25" if name == "teacher" else f"{facts.family} + bm25"
         held = sorted(fitted.held_out.values())
-        fit = {"weight": fitted.weight, "held_out_range": [held[0], held[-1]]}
+        fit: dict[str, Any] = {"weight": fitted.weight, "held_out_range": [held[0], held[-1]]}
+        if systems[name].served_as is not None:  # what `serve --fusion <out>/fusion.json` looks up
+            fit["model"] = systems[name].served_as
         fused[fused_name] = Fused(SystemFacts(family, facts.positions), records, values, fit)
     return fused
 

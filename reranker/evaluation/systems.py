@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from reranker.core.compressors import compressor_for
@@ -70,6 +70,7 @@ class System:
     forget: Callable[[list[str]], None] = _nothing  # drop what `prepare` kept for these candidates
     compress_cost: Callable[[], tuple[float, int]] | None = None
     training_seconds: float | None = None  # the wall time of the run that trained it (none: untrained)
+    served_as: str | None = None  # the model reference `gistrank serve` loads for it (a student's own path)
 
 
 def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
@@ -348,9 +349,11 @@ def student_systems(
             base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
         shared = passes[group] if group is not None else None
         trained_s = training_seconds(path)
-        systems |= _gist_systems(
+        own = _gist_systems(
             student, texts_by_id, controls, label, base, shared, prefixes, trained_s, untrained_control
         )
+        main = next(iter(own))  # the student's own online path comes first
+        systems |= own | {main: replace(own[main], served_as=str(path))}
     return systems
 
 

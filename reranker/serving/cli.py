@@ -32,6 +32,14 @@ def serve(
     max_item_tokens: Annotated[
         int | None, typer.Option(help="item tokens read, for the model and its shadow (default: their own)")
     ] = None,
+    fusion: Annotated[
+        str | None,
+        typer.Option(
+            help="how requests' FIRST_STAGE_SCORES are fused with the reranker's: linear:W | rrf:W[:K] | "
+            "none, or the fusion.json of `gistrank eval --fit-fusion` (its entry for --model); default "
+            "the model's own (the default model: linear:0.4, fitted on AP89 dev)"
+        ),
+    ] = None,
     catalog_url: Annotated[str, typer.Option(help="catalog DB (recompute source)")] = DEFAULT_URL,
     full_model: Annotated[
         str | None,
@@ -92,7 +100,10 @@ def serve(
     --compressor / --num-gist / --max-item-tokens read --model with those settings; the consumer and
     `materialize` must be given the same ones, or their K/V carries another fingerprint."""
     ensure_free(host, {"--http-port": http_port, "--grpc-port": grpc_port, "--metrics-port": metrics_port})
-    spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    setting = fusion and _fusion_setting(fusion, model)
+    spec = model_spec(
+        model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens, fusion=setting
+    )
     check_model(spec, "--model / --compressor / --num-gist")
     shadow = full_model and model_spec(full_model, max_item_tokens=max_item_tokens)
     if shadow:
@@ -159,6 +170,21 @@ def serve(
             signal.signal(sig, handler)
 
 
+def _fusion_setting(fusion: str, model: str) -> str:
+    """--fusion as a GistConfig setting: as given, or read for `model` from an eval's fusion.json."""
+    from pathlib import Path
+
+    from reranker.core.fusion import FUSION_FILE, canonical_fusion, served_fusion
+
+    try:
+        if fusion.endswith(".json") or Path(fusion).is_dir():
+            path = Path(fusion)
+            return served_fusion(path / FUSION_FILE if path.is_dir() else path, model)
+        return canonical_fusion(fusion)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fusion") from None
+
+
 def rerank(
     query: Annotated[str, typer.Argument(help="the search query")],
     item_ids: Annotated[list[str], typer.Argument(help="candidate item ids")],
@@ -173,27 +199,50 @@ def rerank(
         bool, typer.Option("--json", help="JSON in request order instead of a ranking")
     ] = False,
     timeout_s: Annotated[float, typer.Option(help="request timeout, seconds")] = 60.0,
+    first_stage_scores: Annotated[
+        str | None,
+        typer.Option(
+            help="the first stage's score of each id, comma-separated in ITEM_IDS order (e.g. BM25's "
+            "'12.1,9.7,3.2'): the served scores are then fused with them by the model's fusion setting"
+        ),
+    ] = None,
 ) -> None:
     """Score ITEM_IDS for QUERY on a running server; print them best first (errors last)."""
     from reranker.serving.client import RerankClient, RerankError
 
     if protocol not in ("http", "grpc"):
         raise typer.BadParameter("must be http or grpc", param_hint="--protocol")
+    first_stage = None
+    if first_stage_scores is not None:
+        try:
+            first_stage = [float(x) for x in first_stage_scores.split(",")]
+        except ValueError:
+            raise typer.BadParameter(
+                f"{first_stage_scores!r} is not comma-separated numbers", param_hint="--first-stage-scores"
+            ) from None
     try:
         with RerankClient(url, protocol, model, timeout_s) as client:  # type: ignore[arg-type]
-            candidates = client.rerank(query, item_ids)
+            candidates = client.rerank(query, item_ids, first_stage)
     except RerankError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
     if as_json:
         rows = [
-            {"item_id": c.item_id, "score": c.score if c.scored else None, "status": c.status}
+            {
+                "item_id": c.item_id,
+                "score": c.score if c.scored else None,
+                "rerank_score": c.rerank_score if c.scored else None,
+                "status": c.status,
+            }
             for c in candidates
         ]
         json.dump(rows, sys.stdout, ensure_ascii=False, indent=2)
         typer.echo()
         return
     ranked = sorted(candidates, key=lambda c: (not c.scored, -c.score if c.scored else 0.0))
+    if first_stage is not None:
+        typer.echo(f"{'':3}  {'fused':>10}  {'reranker':>10}  {'status':<19}  item")
     for rank, c in enumerate(ranked, start=1):
         score = f"{c.score:10.4f}" if c.scored else f"{'-':>10}"
-        typer.echo(f"{rank:3d}  {score}  {c.status:<19}  {c.item_id}")
+        own = "" if first_stage is None else (f"{c.rerank_score:10.4f}  " if c.scored else f"{'-':>10}  ")
+        typer.echo(f"{rank:3d}  {score}  {own}{c.status:<19}  {c.item_id}")

@@ -10,7 +10,7 @@ from typing import Any, Literal, Self
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from reranker.serving.requests import ITEM_IDS, QUERY, SCORES, STATUS
+from reranker.serving.requests import FIRST_STAGE_SCORES, ITEM_IDS, QUERY, RERANK_SCORES, SCORES, STATUS
 from reranker.serving.server import GIST_MODEL
 
 Protocol = Literal["http", "grpc"]
@@ -24,8 +24,9 @@ class RerankError(RuntimeError):
 @dataclass(frozen=True)
 class Candidate:
     item_id: str
-    score: float  # NaN when `status` is an error code
+    score: float  # the served score (fused when first-stage scores were sent); NaN when `status` is an error
     status: str  # l1 | feast | recompute | full, or an error code (reranker.serving.status.Status)
+    rerank_score: float = math.nan  # the reranker's own (gist_reranker); NaN when `status` is an error
 
     @property
     def scored(self) -> bool:
@@ -59,10 +60,19 @@ class RerankClient:
         self._module = module
         self.model = model
 
-    def rerank(self, query: str, item_ids: Sequence[str]) -> list[Candidate]:
-        """One score and status per id, in the order given."""
+    def rerank(
+        self, query: str, item_ids: Sequence[str], first_stage_scores: Sequence[float] | None = None
+    ) -> list[Candidate]:
+        """One score and status per id, in the order given. With `first_stage_scores` (one per id, the
+        first stage's: BM25, ANN) the scores are fused with them by the served model's fusion setting;
+        each candidate's `rerank_score` is the reranker's own either way (gist_reranker)."""
         inputs = [self._bytes_input(QUERY, [query]), self._bytes_input(ITEM_IDS, list(item_ids))]
-        outputs = [self._module.InferRequestedOutput(SCORES), self._module.InferRequestedOutput(STATUS)]
+        if first_stage_scores is not None:
+            tensor = self._module.InferInput(FIRST_STAGE_SCORES, [len(first_stage_scores)], "FP32")
+            tensor.set_data_from_numpy(np.asarray(first_stage_scores, dtype=np.float32).reshape(-1))
+            inputs.append(tensor)
+        names = [SCORES, STATUS] + ([RERANK_SCORES] if self.model == GIST_MODEL else [])
+        outputs = [self._module.InferRequestedOutput(name) for name in names]
         try:
             result = self._client.infer(self.model, inputs, outputs=outputs, **self._options)
         except InferenceServerException as e:
@@ -71,9 +81,10 @@ class RerankClient:
             raise RerankError(f"cannot reach the server: {e}") from None
         scores = result.as_numpy(SCORES)
         statuses = result.as_numpy(STATUS)
+        own = result.as_numpy(RERANK_SCORES) if RERANK_SCORES in names else scores
         return [
-            Candidate(item_id, float(score), status.decode())
-            for item_id, score, status in zip(item_ids, scores, statuses, strict=True)
+            Candidate(item_id, float(score), status.decode(), float(rerank))
+            for item_id, score, status, rerank in zip(item_ids, scores, statuses, own, strict=True)
         ]
 
     def _bytes_input(self, name: str, values: list[str]) -> Any:

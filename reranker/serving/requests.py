@@ -1,4 +1,5 @@
-"""Decoding and validation of a rerank request's tensors (QUERY, ITEM_IDS), independent of Triton.
+"""Decoding and validation of a rerank request's tensors (QUERY, ITEM_IDS and the optional
+FIRST_STAGE_SCORES), independent of Triton.
 
 Triton has already checked names, datatypes and the declared shapes by the time a request reaches the
 Python backend, but this module does not rely on that: it takes whatever arrays arrive and either
@@ -21,8 +22,10 @@ from reranker.catalog.events import ItemId, validation_reason
 
 QUERY = "QUERY"
 ITEM_IDS = "ITEM_IDS"
-SCORES = "SCORES"  # outputs: one FP32 score and one status string per item id
-STATUS = "STATUS"
+FIRST_STAGE_SCORES = "FIRST_STAGE_SCORES"  # optional: the first stage's score of each id, request order
+SCORES = "SCORES"  # outputs, one per item id: the served score (fused when first-stage scores came),
+RERANK_SCORES = "RERANK_SCORES"  # the reranker's own score
+STATUS = "STATUS"  # and its status string
 DEFAULT_MAX_CANDIDATES = 200
 # A byte bound checked before tokenising: the token limit (max_query_tokens) is checked later by
 # the model, and no sane query is anywhere near this, so megabyte queries are refused cheaply here.
@@ -39,6 +42,7 @@ class RequestError(ValueError):
 class RerankRequest:
     query: str
     item_ids: tuple[str, ...]
+    first_stage: tuple[float, ...] | None = None  # one per id when the request brought them
 
 
 def _text(value: Any, where: str) -> str:
@@ -73,9 +77,32 @@ def _elements(array: Any, name: str, max_len: int) -> list[Any]:
     return array.tolist()
 
 
-def decode_request(query: Any, item_ids: Any, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> RerankRequest:
-    """Validate QUERY (shape [1], non-blank UTF-8, ≤ MAX_QUERY_BYTES) and ITEM_IDS (shape [n],
-    1 ≤ n ≤ max_candidates, each a valid catalog item id). Duplicate ids are allowed and answered alike."""
+def _first_stage(array: Any, n: int) -> tuple[float, ...]:
+    """FIRST_STAGE_SCORES: FP32 of shape [n], every element finite."""
+    name = FIRST_STAGE_SCORES
+    if not isinstance(array, np.ndarray):
+        raise RequestError(f"{name} must be a tensor, got {type(array).__name__}")
+    if array.dtype != np.float32:
+        raise RequestError(f"{name} must be FP32, got {array.dtype}")
+    if array.ndim != 1 or array.shape[0] != n:
+        raise RequestError(
+            f"{name} must have shape [{n}] (one score per {ITEM_IDS} element), got {list(array.shape)}"
+        )
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise RequestError(f"{name}[{bad[0]}] is {array[bad[0]]}: every first-stage score must be finite")
+    return tuple(float(x) for x in array)
+
+
+def decode_request(
+    query: Any,
+    item_ids: Any,
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    first_stage: Any = None,
+) -> RerankRequest:
+    """Validate QUERY (shape [1], non-blank UTF-8, ≤ MAX_QUERY_BYTES), ITEM_IDS (shape [n],
+    1 ≤ n ≤ max_candidates, each a valid catalog item id) and, when given, FIRST_STAGE_SCORES (FP32,
+    shape [n], finite). Duplicate ids are allowed and answered alike."""
     if isinstance(query, np.ndarray) and query.ndim == 1 and query.shape[0] > 1:
         raise RequestError(f"{QUERY} must hold exactly one string (shape [1]), got shape {list(query.shape)}")
     (raw_query,) = _elements(query, QUERY, 1)
@@ -92,4 +119,5 @@ def decode_request(query: Any, item_ids: Any, max_candidates: int = DEFAULT_MAX_
             ids.append(_item_id.validate_python(_text(raw, where)))
         except ValidationError as e:
             raise RequestError(f"{where}: {validation_reason(e)}") from None
-    return RerankRequest(query=text, item_ids=tuple(ids))
+    scores = None if first_stage is None else _first_stage(first_stage, len(ids))
+    return RerankRequest(query=text, item_ids=tuple(ids), first_stage=scores)

@@ -29,7 +29,15 @@ import torch
 from reranker.catalog.database import Catalog
 from reranker.core.model import GistReranker
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
-from reranker.serving.requests import ITEM_IDS, QUERY, SCORES, STATUS, RequestError
+from reranker.serving.requests import (
+    FIRST_STAGE_SCORES,
+    ITEM_IDS,
+    QUERY,
+    RERANK_SCORES,
+    SCORES,
+    STATUS,
+    RequestError,
+)
 from reranker.serving.service import FullService, GistService, RerankResult
 from reranker.serving.shadow import ScoreFull, ShadowSampler
 from reranker.store import FeatureStoreUnavailableError, GistStore, redacted
@@ -181,12 +189,17 @@ class GistRuntime:
             compress_batch=params.compress_batch,
             feast_retry_s=params.feast_retry_s,
         )
-        self.shadow = ShadowSampler(params.shadow_rate, score_full) if params.shadow_rate > 0 else None
+        self.shadow = (
+            ShadowSampler(params.shadow_rate, score_full, fusion=model.fusion)
+            if params.shadow_rate > 0
+            else None
+        )
         self.service = GistService(model, lookup, self.shadow, params.max_candidates)
         logger.info(
-            "gist_reranker ready: store fingerprint %s, reader %s",
+            "gist_reranker ready: store fingerprint %s, reader %s, fusion with first-stage scores %s",
             model.fingerprint,
             model.reader_fingerprint,
+            model.fusion,
         )
 
     def close(self) -> None:
@@ -204,13 +217,15 @@ def build_full_service(params: FullParams) -> FullService:
 
 # ------------------------------------------------------------------------------- Triton tensors glue
 def respond(pb_utils: Any, handle: Any, request: Any) -> Any:
-    """Run `handle(query_array, item_ids_array)` on one Triton request and build its response.
+    """Run `handle(query, item_ids, first_stage)` (arrays; None for an input the request lacks) on one
+    Triton request and build its response: SCORES and STATUS, and RERANK_SCORES where the handler gives
+    the reranker's own scores apart.
 
     A malformed request becomes an INVALID_ARG error response; any other failure an INTERNAL one (logged
     with its traceback). Either way only this request fails and the model keeps serving.
     """
     arrays = []
-    for name in (QUERY, ITEM_IDS):
+    for name in (QUERY, ITEM_IDS, FIRST_STAGE_SCORES):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         arrays.append(None if tensor is None else tensor.as_numpy())
     try:
@@ -227,9 +242,10 @@ def respond(pb_utils: Any, handle: Any, request: Any) -> Any:
             )
         )
     statuses = np.array([s.value.encode() for s in result.statuses], dtype=np.object_)
-    return pb_utils.InferenceResponse(
-        output_tensors=[pb_utils.Tensor(SCORES, result.scores), pb_utils.Tensor(STATUS, statuses)]
-    )
+    outputs = [pb_utils.Tensor(SCORES, result.scores), pb_utils.Tensor(STATUS, statuses)]
+    if result.rerank_scores is not None:
+        outputs.append(pb_utils.Tensor(RERANK_SCORES, result.rerank_scores))
+    return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
 def bls_score_full(pb_utils: Any, model_name: str) -> ScoreFull:

@@ -1,9 +1,14 @@
-"""One rerank request end to end, without Triton: decode → validate query → fetch K/V → score → shadow.
+"""One rerank request end to end, without Triton: decode → validate query → fetch K/V → score → fuse
+→ shadow.
 
 `GistService` is what the `gist_reranker` Triton model runs; `FullService` is the `full_reranker`
 (the full-context model, the shadow's reference). Both take the raw input arrays and return one score
 and one status per candidate, in request order; a candidate that cannot be scored gets NaN and an
 error status while the others are scored normally. A malformed request raises `RequestError`.
+
+A gist request may bring the first stage's scores: the served scores are then the reranker's fused
+with them by the model's `fusion` setting (reranker/core/fusion.py), over the candidates it scored,
+and the reranker's own scores are returned beside them.
 """
 
 from __future__ import annotations
@@ -17,17 +22,33 @@ import numpy as np
 import torch
 from sqlalchemy.exc import SQLAlchemyError
 
-from monitoring.serving_metrics import CANDIDATE_ERROR_COUNT, REQUEST_CANDIDATES, REQUEST_SECONDS, REQUESTS
+from monitoring.serving_metrics import (
+    CANDIDATE_ERROR_COUNT,
+    FIRST_STAGE_REQUESTS,
+    REQUEST_CANDIDATES,
+    REQUEST_SECONDS,
+    REQUESTS,
+)
 from reranker.core.errors import GistRankError
+from reranker.core.fusion import Fusion
 from reranker.core.kv import GistKV
 from reranker.core.render import render_item
 from reranker.serving.lookup import ItemSource, KVLookup
-from reranker.serving.requests import DEFAULT_MAX_CANDIDATES, RequestError, RerankRequest, decode_request
+from reranker.serving.requests import (
+    DEFAULT_MAX_CANDIDATES,
+    FIRST_STAGE_SCORES,
+    RequestError,
+    RerankRequest,
+    decode_request,
+)
 from reranker.serving.shadow import ShadowSampler
 from reranker.serving.status import Status
 
 
 class ScoringModel(Protocol):
+    @property
+    def fusion(self) -> Fusion: ...
+
     def query_ids(self, query: str) -> list[int]: ...
 
     def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor: ...
@@ -37,12 +58,15 @@ class ScoringModel(Protocol):
 
 @dataclass(frozen=True)
 class RerankResult:
-    scores: np.ndarray  # float32 (n,), NaN where the status is an error
+    scores: np.ndarray  # float32 (n,), NaN where the status is an error; fused when first-stage came
     statuses: tuple[Status, ...]
+    rerank_scores: np.ndarray | None = None  # float32 (n,): the reranker's own (gist_reranker only)
 
 
-def _validated(model: ScoringModel, query: Any, item_ids: Any, max_candidates: int) -> RerankRequest:
-    request = decode_request(query, item_ids, max_candidates)
+def _validated(
+    model: ScoringModel, query: Any, item_ids: Any, max_candidates: int, first_stage: Any = None
+) -> RerankRequest:
+    request = decode_request(query, item_ids, max_candidates, first_stage)
     try:
         model.query_ids(request.query)  # token limit: fail before any fetch or recompute work is done
     except GistRankError as e:
@@ -63,13 +87,14 @@ class GistService:
         self.shadow = shadow
         self.max_candidates = max_candidates
 
-    def handle(self, query: Any, item_ids: Any) -> RerankResult:
+    def handle(self, query: Any, item_ids: Any, first_stage: Any = None) -> RerankResult:
         start = time.perf_counter()
         try:
-            request = _validated(self.model, query, item_ids, self.max_candidates)
+            request = _validated(self.model, query, item_ids, self.max_candidates, first_stage)
         except RequestError:
             REQUESTS.labels(outcome="invalid").inc()
             raise
+        FIRST_STAGE_REQUESTS.labels(first_stage="absent" if request.first_stage is None else "given").inc()
         try:
             result = self._rerank(request, start)
         except Exception:
@@ -86,10 +111,16 @@ class GistService:
 
         statuses = tuple(resolved[i].status for i in ids)
         scored = [n for n, status in enumerate(statuses) if status.scored]
-        scores = np.full(len(ids), np.nan, dtype=np.float32)
+        rerank = np.full(len(ids), np.nan, dtype=np.float32)
         if scored:
             kvs = [resolved[ids[n]].kv for n in scored]
-            scores[scored] = self.model.score(request.query, kvs).cpu().numpy()
+            rerank[scored] = self.model.score(request.query, kvs).cpu().numpy()
+        served, first_stage = rerank, None
+        if request.first_stage is not None:
+            first_stage = [request.first_stage[n] for n in scored]
+            served = np.full(len(ids), np.nan, dtype=np.float32)
+            if scored:
+                served[scored] = self.model.fusion.fuse(rerank[scored].tolist(), first_stage)
         done = time.perf_counter()
 
         REQUEST_SECONDS.labels(stage="fetch").observe(fetched - start)
@@ -99,8 +130,8 @@ class GistService:
             if not status.scored:
                 CANDIDATE_ERROR_COUNT.labels(code=status.value).inc()
         if self.shadow is not None and scored:
-            self.shadow.offer(request.query, [ids[n] for n in scored], scores[scored].tolist())
-        return RerankResult(scores, statuses)
+            self.shadow.offer(request.query, [ids[n] for n in scored], rerank[scored].tolist(), first_stage)
+        return RerankResult(served, statuses, rerank)
 
 
 class FullService:
@@ -118,7 +149,11 @@ class FullService:
         self.batch_size = batch_size
         self.max_candidates = max_candidates
 
-    def handle(self, query: Any, item_ids: Any) -> RerankResult:
+    def handle(self, query: Any, item_ids: Any, first_stage: Any = None) -> RerankResult:
+        if first_stage is not None:
+            raise RequestError(
+                f"the full-context model takes no {FIRST_STAGE_SCORES}: it is the shadow's reference"
+            )
         request = _validated(self.model, query, item_ids, self.max_candidates)
         ids = request.item_ids
         scores = np.full(len(ids), np.nan, dtype=np.float32)

@@ -6,6 +6,11 @@ reference = min(K, n) over the n candidates both models scored. Both are summed 
 recall@K against the full-context oracle (DESIGN §5) over any window is a ratio of rates:
 rate(gistrank_shadow_topk_overlap_total{k="K"}) / rate(gistrank_shadow_topk_reference_total{k="K"}).
 Summing before dividing weights every request by its candidate count, as a pooled recall should.
+
+A request that brought first-stage scores is served a fused ranking (reranker/core/fusion.py); for it
+the same counts are also taken between the served fused ranking and the full-context scores fused with
+the same first-stage scores by the same rule (`gistrank_shadow_fused_topk_*`): the recall of what users
+see, against what the full-context reranker would have shown them in the same cascade.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from monitoring.serving_metrics import (
+    SHADOW_FUSED_OVERLAP,
+    SHADOW_FUSED_REFERENCE,
     SHADOW_KS,
     SHADOW_OVERLAP,
     SHADOW_REFERENCE,
     SHADOW_REQUESTS,
     SHADOW_SAMPLED,
 )
+from reranker.core.fusion import Fusion
 from reranker.ranking_metrics import top_k_overlap
 from reranker.serving.worker import BackgroundWorker
 
@@ -44,7 +52,8 @@ def overlap_at_k(
 class ShadowJob:
     query: str
     item_ids: tuple[str, ...]
-    gist_scores: tuple[float, ...]
+    gist_scores: tuple[float, ...]  # the reranker's, unfused
+    first_stage: tuple[float, ...] | None  # the request's, one per id, when it brought them
 
 
 class ShadowSampler:
@@ -54,20 +63,35 @@ class ShadowSampler:
         score_full: ScoreFull,
         maxsize: int = 16,
         rng: random.Random | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"shadow rate must be within [0, 1], got {rate}")
         self.rate = rate
+        self.fusion = fusion or Fusion("none")  # the served model's: both sides are fused alike
         self._score_full = score_full
         self._rng = rng or random.Random()
         self._worker: BackgroundWorker[ShadowJob] = BackgroundWorker("shadow", self._compare, maxsize)
 
-    def offer(self, query: str, item_ids: Sequence[str], gist_scores: Sequence[float]) -> bool:
-        """Sample this request with probability `rate`; True when it was queued for comparison."""
+    def offer(
+        self,
+        query: str,
+        item_ids: Sequence[str],
+        gist_scores: Sequence[float],
+        first_stage: Sequence[float] | None = None,
+    ) -> bool:
+        """Sample this request with probability `rate`; True when it was queued for comparison.
+        `gist_scores` are the reranker's own, `first_stage` the request's (served fused with them)."""
         if not item_ids or self._rng.random() >= self.rate:
             return False
         SHADOW_SAMPLED.inc()
-        if not self._worker.submit(ShadowJob(query, tuple(item_ids), tuple(map(float, gist_scores)))):
+        job = ShadowJob(
+            query,
+            tuple(item_ids),
+            tuple(map(float, gist_scores)),
+            None if first_stage is None else tuple(map(float, first_stage)),
+        )
+        if not self._worker.submit(job):
             SHADOW_REQUESTS.labels(outcome="dropped").inc()
             return False
         return True
@@ -90,13 +114,19 @@ class ShadowSampler:
             SHADOW_REQUESTS.labels(outcome="failed").inc()
             return
         # Only candidates both models scored take part (e.g. an item deleted in between drops out).
-        scored = zip(job.gist_scores, full, strict=True)
-        pairs = [(g, f) for g, f in scored if math.isfinite(g) and math.isfinite(f)]
-        if not pairs:
+        first_stage = job.first_stage or (0.0,) * len(full)
+        scored = zip(job.gist_scores, full, first_stage, strict=True)
+        kept = [(g, f, s) for g, f, s in scored if math.isfinite(g) and math.isfinite(f)]
+        if not kept:
             SHADOW_REQUESTS.labels(outcome="failed").inc()
             return
-        gist, ref = zip(*pairs, strict=True)
+        gist, ref, stage = (list(column) for column in zip(*kept, strict=True))
         for k, (overlap, reference) in overlap_at_k(gist, ref).items():
             SHADOW_OVERLAP.labels(k=str(k)).inc(overlap)
             SHADOW_REFERENCE.labels(k=str(k)).inc(reference)
+        if job.first_stage is not None:
+            fused = overlap_at_k(self.fusion.fuse(gist, stage), self.fusion.fuse(ref, stage))
+            for k, (overlap, reference) in fused.items():
+                SHADOW_FUSED_OVERLAP.labels(k=str(k)).inc(overlap)
+                SHADOW_FUSED_REFERENCE.labels(k=str(k)).inc(reference)
         SHADOW_REQUESTS.labels(outcome="compared").inc()

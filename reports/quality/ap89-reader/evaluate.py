@@ -22,9 +22,10 @@ from tqdm.auto import tqdm
 
 from reranker import GistReranker
 from reranker.core.checkpoints import DEFAULT_MODEL
+from reranker.core.fusion import interpolate
 from reranker.data.relevance_data import RelevanceSet
 from reranker.evaluation.baselines import bm25_scores
-from reranker.evaluation.fusion import fit_weight, interpolate
+from reranker.evaluation.fusion import fit_weight
 from reranker.evaluation.results import Difference
 from reranker.ranking_metrics import bootstrap_ci, ndcg_at_k
 

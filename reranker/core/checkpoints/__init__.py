@@ -45,6 +45,8 @@ PRESETS = {
             "compressor": "prefix",  # stored unit: the K/V of the item's first num_gist tokens
             "num_gist": "64",  # the budget k: stored positions per item
             "max_item_tokens": "1024",  # how far the shadow and a miss's recompute read
+            # fitted on AP89 dev, BM25's top 20 (reports/quality/fusion.md)
+            "fusion": "linear:0.4",
         },
     ),
 }
@@ -64,6 +66,7 @@ SPEC_SETTINGS = (
     "select_head_budget",
     "score_rule",
     "query_template",
+    "fusion",  # how serving fuses the reranker's scores with a request's first-stage scores
 )
 
 
