@@ -94,9 +94,17 @@ def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["eval-merge", str(tmp_path / "eval"), str(tmp_path / "nowhere")])
     assert result.exit_code != 0 and "nowhere/results.jsondoesnotexist" in unboxed(result.output)
-    result = runner.invoke(app, [*args, "--no-untrained-control"])  # skips the second compression
+    result = runner.invoke(app, [*args, "--no-untrained-control", "--fit-fusion"])  # no second compression
     assert result.exit_code == 0, result.output
     assert "| gist t=3 k=2 |" in result.output and "untrained gists" not in result.output
+    # the student's BM25 fusion, as fitted on this split, for `serve --fusion` to read
+    student = str(tmp_path / "student" / "checkpoint")
+    fitted = json.loads((tmp_path / "eval" / "fusion.json").read_text())["models"]
+    weight = json.loads((tmp_path / "eval" / "results.json").read_text())["interpolation"][
+        "gist t=3 k=2 + bm25"
+    ]
+    assert list(fitted) == [student] and fitted[student]["fusion"] == f"linear:{weight['weight']:g}"
+    assert f"--model '{student}' --fusion {tmp_path / 'eval' / 'fusion.json'}" in result.output
     teacher_only = ["eval", "--teacher", str(tmp_path / "teacher" / "checkpoint"), *common]
     result = runner.invoke(app, teacher_only)
     assert result.exit_code != 0 and "nothingtoevaluate" in unboxed(result.output)

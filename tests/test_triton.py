@@ -31,16 +31,19 @@ from typer.testing import CliRunner
 from reranker import GistConfig, GistReranker
 from reranker.catalog.database import Catalog
 from reranker.core import kv_codec
+from reranker.core.fusion import Fusion, reciprocal_rank_fusion
 from reranker.core.render import render_item
 from reranker.serving.cli import rerank
 from reranker.serving.client import RerankClient, RerankError
 from reranker.serving.server import free_port, tritonserver_binary
+from reranker.serving.shadow import overlap_at_k
 from reranker.store import GistStore
 
 pytestmark = [pytest.mark.triton, pytest.mark.redis]
 
 QUERY = "256GB phone 2023"
 MAX_CANDIDATES = 32
+FUSION = "rrf:0.6:10"  # served by this module's server (the pipeline demo's serves the preset's linear)
 FEAST_RETRY_S = 1.0
 REDIS_PASSWORD = "hunter2-redis-secret"  # the module's Redis requires it
 IDS = [f"sku-{n:03d}" for n in range(48)]  # any test may name these: their cache tier is unknown
@@ -151,6 +154,7 @@ def server(
         "--redis-url", redis_proc.url,
         "--feast-retry-s", str(FEAST_RETRY_S),
         "--shadow-rate", "1.0",
+        "--fusion", FUSION,
         "--max-candidates", str(MAX_CANDIDATES),
         "--num-threads", "1",
         "--http-port", str(ports[0]),
@@ -386,6 +390,22 @@ MALFORMED = {
     "ids as a matrix": ([GOOD_QUERY, ("ITEM_IDS", [1, 2], "BYTES", _bytes([[b"a", b"b"]]))], "ITEM_IDS"),
     "numeric query": ([("QUERY", [1], "FP32", np.array([1.0], dtype=np.float32)), GOOD_IDS], "QUERY"),
     "missing ids": ([GOOD_QUERY], "ITEM_IDS"),
+    "first-stage scores short": (
+        [GOOD_QUERY, GOOD_IDS, ("FIRST_STAGE_SCORES", [1], "FP32", np.array([1.0], dtype=np.float32))],
+        "FIRST_STAGE_SCORES must have shape [2]",
+    ),
+    "first-stage NaN": (
+        [
+            GOOD_QUERY,
+            GOOD_IDS,
+            ("FIRST_STAGE_SCORES", [2], "FP32", np.array([1.0, np.nan], dtype=np.float32)),
+        ],
+        "FIRST_STAGE_SCORES[1] is nan",
+    ),
+    "first-stage FP64": (  # refused by Triton itself, against the declared datatype
+        [GOOD_QUERY, GOOD_IDS, ("FIRST_STAGE_SCORES", [2], "FP64", np.array([1.0, 2.0]))],
+        "FIRST_STAGE_SCORES",
+    ),
 }
 
 
@@ -434,6 +454,89 @@ def test_fuzzed_requests_get_an_error_or_an_answer_and_the_server_keeps_answerin
             assert np.isnan(score) == (status.decode() in ERROR_STATUSES)
     good = _infer(protocol, server, good_request)
     assert good.as_numpy("STATUS").tolist() == [b"l1", b"l1"]
+
+
+@pytest.mark.fusion
+def test_first_stage_scores_are_fused_by_the_served_rule_and_the_rerankers_own_come_beside(
+    client: RerankClient, model: GistReranker
+) -> None:
+    ids = fresh_ids(6)
+    first_stage = [3.0, 12.5, 0.0, 7.25, 7.25, -1.0]  # e.g. BM25 (a tie included)
+    plain = client.rerank(QUERY, ids)
+    fused = client.rerank(QUERY, ids, first_stage)
+    assert [c.score for c in plain] == [c.rerank_score for c in plain]  # nothing to fuse with
+    own = [c.rerank_score for c in fused]
+    np.testing.assert_allclose(own, [c.score for c in plain], rtol=1e-6)
+    assert Fusion.parse(FUSION) == Fusion("rrf", 0.6, 10)
+    np.testing.assert_allclose(
+        [c.score for c in fused], reciprocal_rank_fusion(own, first_stage, 0.6, 10), rtol=1e-6
+    )
+    assert model.fusion == Fusion("linear", 0.5)  # the checkpoint's own setting: --fusion replaced it
+
+
+@pytest.mark.fusion
+def test_a_bad_first_stage_tensor_fails_alone_among_concurrent_requests(server: Endpoints) -> None:
+    """Requests that reach the model together (Triton hands the Python backend a list): the malformed one
+    gets its error, each other one its scores."""
+    good = [GOOD_QUERY, GOOD_IDS, ("FIRST_STAGE_SCORES", [2], "FP32", np.array([1.0, 2.0], dtype=np.float32))]
+    bad = [
+        GOOD_QUERY,
+        GOOD_IDS,
+        ("FIRST_STAGE_SCORES", [2], "FP32", np.array([np.inf, 2.0], dtype=np.float32)),
+    ]
+    client = grpcclient.InferenceServerClient(server.grpc)
+    results: list[object] = []
+
+    def tensors(inputs):
+        out = []
+        for name, shape, dtype, data in inputs:
+            tensor = grpcclient.InferInput(name, shape, dtype)
+            tensor.set_data_from_numpy(data)
+            out.append(tensor)
+        return out
+
+    try:
+        for inputs in [good, good, bad, good, good]:
+            client.async_infer(
+                "gist_reranker", tensors(inputs), lambda result, error: results.append((result, error))
+            )
+        wait_until(lambda: len(results) == 5, 60, "five answers")
+    finally:
+        client.close()
+    errors = [error for _, error in results if error is not None]
+    assert len(errors) == 1 and "FIRST_STAGE_SCORES[0] is inf" in errors[0].message()
+    answers = [result.as_numpy("SCORES") for result, error in results if error is None]
+    assert len(answers) == 4 and all(np.isfinite(a).all() and a.shape == (2,) for a in answers)
+
+
+@pytest.mark.fusion
+def test_shadow_counts_fused_recall_for_requests_with_first_stage_scores(
+    server: Endpoints, model: GistReranker, catalog: Catalog
+) -> None:
+    fusion = Fusion.parse(FUSION)
+    requests = [("256GB phone 2023", IDS[0:12]), ("blue titanium case", IDS[12:20])]
+    before = wait_shadow_idle(server)
+    expected = {k: [0, 0] for k in (1, 5, 10)}
+    with RerankClient(server.http) as c:
+        c.rerank(QUERY, IDS[20:25])  # no first-stage scores: no fused comparison
+        for n, (query, ids) in enumerate(requests):
+            first_stage = [float((7 * i + n) % 5) for i in range(len(ids))]
+            # the served ranking as the shadow ranks it: fused from the reranker's float32 scores
+            served = fusion.fuse([x.rerank_score for x in c.rerank(query, ids, first_stage)], first_stage)
+            full = fusion.fuse(model.score_full(query, texts(catalog, ids)).tolist(), first_stage)
+            for k, (overlap, reference) in overlap_at_k(served, full).items():
+                expected[k][0] += overlap
+                expected[k][1] += reference
+    after = wait_shadow_idle(server)
+    assert delta(before, after, "gistrank_shadow_requests_total", outcome="compared") == 3
+    assert delta(before, after, "gistrank_rerank_first_stage_requests_total", first_stage="given") == 2
+    assert delta(before, after, "gistrank_rerank_first_stage_requests_total", first_stage="absent") == 1
+    for k, (overlap, reference) in expected.items():
+        got = (
+            delta(before, after, "gistrank_shadow_fused_topk_overlap_total", k=str(k)),
+            delta(before, after, "gistrank_shadow_fused_topk_reference_total", k=str(k)),
+        )
+        assert got == (overlap, reference), f"fused recall@{k}"
 
 
 def test_shadow_overlap_counters_match_offline_recall(
@@ -592,10 +695,18 @@ def test_no_password_in_tritons_config_or_in_any_log(server: Endpoints) -> None:
     assert REDIS_PASSWORD not in log + server.serve.output
 
 
-def test_serve_stops_on_sigterm(server: Endpoints) -> None:  # last: it stops the module's server
+def test_serve_stops_on_sigterm_with_its_store_down(
+    server: Endpoints, redis_proc: RedisServer
+) -> None:  # last: it stops the module's server
+    """A server whose Redis went away stops on SIGTERM all the same, and nothing of its process group
+    (tritonserver, each model's Python stub) outlives it: a stub whose shutdown waited on the store once
+    lived on as an orphan."""
     assert server.startup_s > 0
     stubs = [c for c in processes_naming(str(server.run_dir)) if "triton_python_backend_stub" in c]
     assert len(stubs) == 2, stubs  # one per model (one instance each), named by their run folder
+    redis_proc.stop()
+    with RerankClient(server.http) as c:  # the store is asked, fails, and the item is recomputed
+        assert [x.status for x in c.rerank(QUERY, fresh_ids(1))] == ["recompute"]
     assert server.serve.stop() == 0
     assert "stopping tritonserver" in server.serve.output
     assert processes_naming(str(server.run_dir)) == []  # tritonserver and both models' Python stubs

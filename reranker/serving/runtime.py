@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import threading
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -202,7 +203,19 @@ class GistRuntime:
             model.fusion,
         )
 
-    def close(self) -> None:
+    def close(self, deadline_s: float = 10.0) -> None:
+        """Stop the threads and connections, waiting `deadline_s` at most: Triton waits for `finalize`
+        before it exits, so a store, broker or catalog that does not answer must not hold the shutdown
+        (what is still blocked then ends with the process)."""
+        closing = threading.Thread(target=self._close, name="gist-runtime-close", daemon=True)
+        closing.start()
+        closing.join(deadline_s)
+        if closing.is_alive():
+            logger.warning(
+                "gist_reranker shutdown left unfinished after %.0f s (a service not answering)", deadline_s
+            )
+
+    def _close(self) -> None:
         if self.shadow is not None:
             self.shadow.close()
         if self.refresh is not None:
