@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import unboxed
 from typer.testing import CliRunner
 
 from reranker.catalog.sample import sample_catalog, sample_queries
 from reranker.cli import app
+from reranker.core.fusion import interpolate
 
 runner = CliRunner()
 
@@ -190,6 +192,16 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     assert "· l1)" in out.split("→ version")[0]  # the repeated gist request is an L1 hit
     assert "shadow recall@10" in out and "consumer events consumed / items compressed" in out
     assert not (tmp_path / "demo" / "kafka" / "broker.pid").exists()  # the broker was stopped
+    # each request carried BM25's scores: served fused as the evaluation interpolates (the tiny wrap's
+    # default weight), the reranker's own scores beside them
+    assert "first stage: BM25" in out and "fused with first-stage scores by linear:0.5" in out
+    rankings = json.loads((tmp_path / "demo" / "rankings.json").read_text())
+    assert len(rankings) == 2
+    for row in rankings:
+        assert len(row["first_stage_bm25"]) == len(row["item_ids"]) == 16 and max(row["first_stage_bm25"]) > 0
+        np.testing.assert_allclose(
+            row["served_scores"], interpolate(row["rerank_scores"], row["first_stage_bm25"], 0.5), atol=1e-6
+        )
 
 
 def test_bench_packing_compares_pairs_per_second(tiny_base: Path, tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
 """`gistrank demo`: the whole pipeline on this machine, every component real and bound to 127.0.0.1.
 
 catalog (SQLite) → change events → Kafka (KRaft broker) → consumer → stored K/V in Feast (SQLite)
-→ Triton (gist_reranker: L1 → Feast → recompute; full_reranker: the shadow) → rankings side by side
-→ one catalog update flows through again → metrics snapshot. Everything it starts, it stops.
+→ Triton (gist_reranker: L1 → Feast → recompute; full_reranker: the shadow) → rankings side by side,
+each request carrying BM25's scores as a cascade's first stage would (the served ranking is the fused
+one; the reranker's own and the shadow's beside it, all written to rankings.json) → one catalog update
+flows through again → metrics snapshot. Everything it starts, it stops.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -23,6 +26,8 @@ from monitoring.scrape import histogram_quantile, sample_sum, scrape
 from reranker.catalog.sample import SAMPLE_CATALOG, sample_queries
 from reranker.core.checkpoints import default_shadow
 from reranker.core.model import GistReranker
+from reranker.core.render import render_item
+from reranker.evaluation.baselines import bm25_scores
 from reranker.serving.local_run import Steps, serving_checkpoint
 
 if TYPE_CHECKING:
@@ -63,14 +68,29 @@ class PipelineDemoResult:
 
 
 # --------------------------------------------------------------------------------------------- steps
-def _rankings(console: Console, query: str, gist: list, full: list, top: int) -> None:
+def _rankings(console: Console, query: str, bm25: list[float], gist: list, full: list, top: int) -> None:
+    """The candidates' top `top` by BM25 (the first stage), by the reranker alone, as served (fused with
+    BM25) and by the shadow."""
+
+    def best(values: list[float]) -> list[int]:
+        return sorted(range(len(values)), key=lambda i: -values[i])[:top]
+
     table = Table(title=f"query: {query!r}", title_justify="left")
-    table.add_column("gist_reranker (online, stored K/V) — score · tier")
-    table.add_column("full_reranker (shadow, full context) — score")
-    ranked_gist = sorted(gist, key=lambda c: -c.score)[:top]
-    ranked_full = sorted(full, key=lambda c: -c.score)[:top]
-    for g, f in zip(ranked_gist, ranked_full, strict=True):
-        table.add_row(f"{g.item_id} ({g.score:+.2f} · {g.status})", f"{f.item_id} ({f.score:+.2f})")
+    table.add_column("first stage: BM25")
+    table.add_column("gist_reranker alone (stored K/V) · tier")
+    table.add_column("served: fused with BM25")
+    table.add_column("full_reranker (shadow, full context)")
+    columns = [
+        [f"{gist[i].item_id} ({bm25[i]:.2f})" for i in best(bm25)],
+        [
+            f"{gist[i].item_id} ({gist[i].rerank_score:+.2f} · {gist[i].status})"
+            for i in best([c.rerank_score for c in gist])
+        ],
+        [f"{gist[i].item_id} ({gist[i].score:.2f})" for i in best([c.score for c in gist])],
+        [f"{full[i].item_id} ({full[i].score:+.2f})" for i in best([c.score for c in full])],
+    ]
+    for row in zip(*columns, strict=True):
+        table.add_row(*row)
     console.print(table)
 
 
@@ -199,12 +219,36 @@ def _start_triton(
 
 
 def _rank_side_by_side(
-    console: Console, gist_client: RerankClient, full_client: RerankClient, ids: list[str], queries: int
+    console: Console,
+    gist_client: RerankClient,
+    full_client: RerankClient,
+    catalog: Catalog,
+    ids: list[str],
+    queries: int,
+    out: Path,
 ) -> None:
+    """Each sample query over the whole catalog, with BM25 over the catalog as its first stage; every
+    ranking is written to `out` (JSON)."""
+    items = catalog.get(ids)
+    texts = [render_item(items[i].title, items[i].attributes, items[i].description) for i in ids]
+    rows = []
     for query in sample_queries()[:queries]:
+        bm25 = bm25_scores(query, texts)
         gist_client.rerank(query, ids)  # first touch: K/V from Feast (or recompute) into L1
-        gist = gist_client.rerank(query, ids)  # served from L1
-        _rankings(console, query, gist, full_client.rerank(query, ids), top=5)
+        gist = gist_client.rerank(query, ids, bm25)  # served from L1, fused with the first stage's scores
+        full = full_client.rerank(query, ids)
+        _rankings(console, query, bm25, gist, full, top=5)
+        rows.append(
+            {
+                "query": query,
+                "item_ids": ids,
+                "first_stage_bm25": bm25,
+                "rerank_scores": [c.rerank_score for c in gist],
+                "served_scores": [c.score for c in gist],
+                "full_context_scores": [c.score for c in full],
+            }
+        )
+    out.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def _update_flows_through(
@@ -275,7 +319,9 @@ def run_pipeline_demo(
     served = serving_checkpoint(model, workdir, dtype, compressor, num_gist, max_item_tokens)
     g, fingerprint = served.model.gist, served.model.fingerprint
     layout = f"{g.compressor}, k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}"
-    console.print(f"{model}: {layout}, fingerprint {fingerprint}")
+    console.print(
+        f"{model}: {layout}, fingerprint {fingerprint}, fused with first-stage scores by {g.fusion}"
+    )
     if shadow_model is None and served.trained:
         # a shipped student's teacher (also when read by selection), reading items as far as it does
         shadow_model = default_shadow(served.checkpoint)
@@ -294,13 +340,15 @@ def run_pipeline_demo(
         store, ids, stored = _consume_catalog(settings, served.model, catalog, workdir, console)
         steps("5. Triton: gist_reranker + full_reranker (shadow at rate 1.0)")
         server = _start_triton(served.checkpoint, workdir, catalog_url, shadow_model, console)
-        steps("6. rerank sample queries: stored-K/V ranking beside the shadow's")
+        steps("6. rerank after BM25: its ranking, the reranker's alone, the served (fused), the shadow's")
         # long timeouts: on CPU the full-context model reads every item in full, beside the shadow
         with (
             RerankClient(server.http_url, "http", timeout_s=600) as gist_client,
             RerankClient(server.grpc_url, "grpc", model="full_reranker", timeout_s=900) as full_client,
         ):
-            _rank_side_by_side(console, gist_client, full_client, ids, queries)
+            rankings = workdir / "rankings.json"
+            _rank_side_by_side(console, gist_client, full_client, catalog, ids, queries, rankings)
+            console.print(f"rankings with their scores: {rankings}")
             steps(f"7. update {UPDATED_ITEM} in the catalog → event → consumer → served")
             update = _update_flows_through(console, settings, served.model, catalog, store, gist_client, ids)
             _wait_for_shadow(server.metrics_url)
