@@ -475,6 +475,28 @@ def test_first_stage_scores_are_fused_by_the_served_rule_and_the_rerankers_own_c
 
 
 @pytest.mark.fusion
+def test_the_readme_http_json_request_with_first_stage_scores(server: Endpoints) -> None:
+    """The README's curl body (Triton's JSON protocol), with this catalog's ids."""
+    ids = fresh_ids(3)
+    body = {
+        "inputs": [
+            {"name": "QUERY", "shape": [1], "datatype": "BYTES", "data": ["usb-c charger 65W"]},
+            {"name": "ITEM_IDS", "shape": [3], "datatype": "BYTES", "data": ids},
+            {"name": "FIRST_STAGE_SCORES", "shape": [3], "datatype": "FP32", "data": [12.1, 9.7, 3.2]},
+        ]
+    }
+    request = urllib.request.Request(
+        f"http://{server.http}/v2/models/gist_reranker/infer", data=json.dumps(body).encode()
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        outputs = {o["name"]: o["data"] for o in json.loads(response.read())["outputs"]}
+    assert set(outputs) == {"SCORES", "RERANK_SCORES", "STATUS"}
+    assert outputs["STATUS"] == ["recompute"] * 3
+    fused = reciprocal_rank_fusion(outputs["RERANK_SCORES"], [12.1, 9.7, 3.2], 0.6, 10)
+    np.testing.assert_allclose(outputs["SCORES"], fused, rtol=1e-6)
+
+
+@pytest.mark.fusion
 def test_a_bad_first_stage_tensor_fails_alone_among_concurrent_requests(server: Endpoints) -> None:
     """Requests that reach the model together (Triton hands the Python backend a list): the malformed one
     gets its error, each other one its scores."""
