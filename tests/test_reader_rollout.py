@@ -8,6 +8,7 @@ until it is materialized."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,14 @@ def test_a_retrained_reader_rolls_out_over_the_served_store_with_no_write(
     assert status.exit_code == 0 and "covers the catalog" in status.output, status.output
     assert f"a reader for store {store_model.fingerprint}" in status.output, status.output
     assert "rolling it out writes nothing to the store" in status.output
+    assert "its scores fused with requests' first-stage scores by linear:0.5" in status.output
+    # another fusion is another reading of the same store: same view, another reader fingerprint
+    fused = runner.invoke(
+        app, ["rollout", "status", "--model", f"{reader_ckpt}?fusion=rrf:0.5", "--catalog-url", url, *feast]
+    )
+    assert fused.exit_code == 0 and "by rrf:0.5:60" in fused.output, fused.output
+    readers = [re.search(r"as reader (\w+)", out).group(1) for out in (status.output, fused.output)]
+    assert readers[0] != readers[1]
     other = f"{store_ckpt}?compressor=prefix"
     status = runner.invoke(app, ["rollout", "status", "--model", other, "--catalog-url", url, *feast])
     assert status.exit_code == 3 and "the store has no view of it" in status.output, status.output
