@@ -988,6 +988,8 @@ def _write_fusion(result: EvalResult, out: Path) -> str:
     for model, entry in fusions["models"].items():
         serve = f"gistrank serve --model '{model}' --fusion {out / FUSION_FILE}"
         typer.echo(f"{model} fused with BM25 at {entry['fusion']}: {serve}")
+        if entry["fusion"] == "linear:0":
+            typer.echo(f"  weight 0: BM25 alone ranked best on this split; served, it switches {model} off")
     return FUSION_FILE
 
 
