@@ -92,6 +92,10 @@ def test_fusion_is_a_reading_setting_in_the_reader_fingerprint_only(tiny_base: P
     assert one.fusion == Fusion("linear", 0.5) and other.fusion == Fusion("rrf", 0.7, 60)
     assert other.fingerprint == one.fingerprint  # the same stored units serve both
     assert other.reader_fingerprint != one.reader_fingerprint  # a shadow never mixes two fusions
+    # no score depends on it: score caches (evaluation, distillation targets) survive a new weight
+    assert other.scores_fingerprint == one.scores_fingerprint == one.reader_fingerprint
+    rescored = other.with_gist_config(other.gist.model_copy(update={"query_template": "Q: {query}"}))
+    assert rescored.scores_fingerprint != other.scores_fingerprint
     check_model_ref(f"{tiny_base}?fusion=linear:0.3")
     with pytest.raises(ModelReferenceError, match="within"):
         check_model_ref(f"{tiny_base}?fusion=linear:3")

@@ -305,15 +305,29 @@ class GistWeights(nn.Module):
 
     @property
     def reader_fingerprint(self) -> str:
-        """The whole model's fingerprint — store and reader: every weight and every setting. What a
-        score was read with (evaluation caches, shadow comparisons) and what a checkpoint is checked
-        against at load. Equal to the single fingerprint of models saved before the split."""
+        """The whole model's fingerprint — store and reader: every weight and every setting, the fusion
+        with first-stage scores included. What a served ranking was read with (a shadow comparison never
+        mixes two) and what a checkpoint is checked against at load. Equal to the single fingerprint of
+        models saved before the split."""
         version = self._version_sum()
         if self._reader_fingerprint is None or self._reader_fingerprint[0] != version:
-            unset = {name for name, value in _LATER_FIELDS.items() if getattr(self.gist, name) == value}
-            config = self.gist.model_dump_json(exclude=unset)
-            self._reader_fingerprint = (version, self._digest(config, reader=True))
+            self._reader_fingerprint = (version, self._digest(self._reading_config(), reader=True))
         return self._reader_fingerprint[1]
+
+    @property
+    def scores_fingerprint(self) -> str:
+        """The reader fingerprint without `fusion`, which changes the ranking served after a first stage
+        but never a score: what caches of scores (evaluation, distillation targets) are keyed by, so a
+        new fusion weight reuses them. Equal to `reader_fingerprint` under the default fusion."""
+        if self.gist.fusion == DEFAULT_FUSION:
+            return self.reader_fingerprint
+        return self._digest(self._reading_config(exclude={"fusion"}), reader=True)
+
+    def _reading_config(self, exclude: set[str] | None = None) -> str:
+        """Every setting as JSON, but the later fields at their defaults (older checkpoints keep their
+        fingerprints) and `exclude`."""
+        unset = {name for name, value in _LATER_FIELDS.items() if getattr(self.gist, name) == value}
+        return self.gist.model_dump_json(exclude=unset | (exclude or set()))
 
     def _digest(self, config: str, reader: bool) -> str:
         """blake2b of `config` and the weights (those only the query reads too when `reader`), each

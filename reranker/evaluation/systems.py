@@ -172,8 +172,8 @@ def _own_compress(model: GistReranker, texts: list[str]) -> list[GistKV]:
 
 def _key(model: GistReranker, what: str = "") -> str:
     """What produces a system's scores: the reading model's fingerprint (weights and every reading
-    setting) and compute dtype."""
-    return f"{what}{model.reader_fingerprint} {str(model.dtype).removeprefix('torch.')}"
+    setting but fusion, which no score depends on) and compute dtype."""
+    return f"{what}{model.scores_fingerprint} {str(model.dtype).removeprefix('torch.')}"
 
 
 def full_scorer(model: GistReranker, texts_by_id: Mapping[str, str]) -> Scorer:

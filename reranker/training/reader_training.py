@@ -184,7 +184,7 @@ class ReaderTrainer:
         # the full-context reader's scores depend on the untouched model alone: kept beside the units, one
         # line per pair as it is computed, so a later run (another objective, a resumed one) reads them back
         self.targets_file = (
-            None if cache_dir is None else Path(cache_dir) / f"targets-{self.store.reader_fingerprint}.jsonl"
+            None if cache_dir is None else Path(cache_dir) / f"targets-{self.store.scores_fingerprint}.jsonl"
         )
         self.rng = random.Random(cfg.seed)
 
