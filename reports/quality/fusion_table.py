@@ -37,10 +37,16 @@ def row(lists: str, weight: float, ndcg: dict[str, dict[str, float]], system: st
 
 
 def main() -> None:
-    header = (
-        "| lists | weight fitted | BM25 | reranker alone | fused (held-out weight) | fused − BM25 | fused − alone |\n"
-        "|---|---|---|---|---|---|---|"
-    )
+    columns = [
+        "lists",
+        "W fitted",
+        "BM25",
+        "reranker alone",
+        "fused (held-out W)",
+        "fused − BM25",
+        "fused − alone",
+    ]
+    header = "| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|"
     print("gistrank-base-ql-prefix64 (the default; serves linear:0.4)\n")
     print(header)
     for name, lists in LISTS.items():
