@@ -190,7 +190,10 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     assert out.count("query: ") == 2
     assert "→ version" in out and "(feast)" in out.split("→ version")[1]
     assert "· l1)" in out.split("→ version")[0]  # the repeated gist request is an L1 hit
-    assert "shadow recall@10" in out and "consumer events consumed / items compressed" in out
+    assert "shadow recall @1 / @5 / @10" in out and "consumer events consumed / items compressed" in out
+    assert "fused with BM25 @1 / @5 / @10" in out
+    (given,) = [line for line in out.splitlines() if "requests with / without first-stage scores" in line]
+    assert given.split("│")[-2].strip() == "2 / 4"  # each query once with BM25's scores; the others without
     assert not (tmp_path / "demo" / "kafka" / "broker.pid").exists()  # the broker was stopped
     # each request carried BM25's scores: served fused as the evaluation interpolates (the tiny wrap's
     # default weight), the reranker's own scores beside them

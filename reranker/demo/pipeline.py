@@ -76,10 +76,13 @@ def _rankings(console: Console, query: str, bm25: list[float], gist: list, full:
         return sorted(range(len(values)), key=lambda i: -values[i])[:top]
 
     table = Table(title=f"query: {query!r}", title_justify="left")
-    table.add_column("first stage: BM25")
-    table.add_column("gist_reranker alone (stored K/V) · tier")
-    table.add_column("served: fused with BM25")
-    table.add_column("full_reranker (shadow, full context)")
+    for title in (
+        "first stage: BM25",
+        "gist_reranker alone (stored K/V) · tier",
+        "served: fused with BM25",
+        "full_reranker (shadow, full context)",
+    ):
+        table.add_column(title, overflow="fold")  # a narrow terminal wraps ids, never cuts them
     columns = [
         [f"{gist[i].item_id} ({bm25[i]:.2f})" for i in best(bm25)],
         [
@@ -142,10 +145,16 @@ def _metrics_snapshot(console: Console, url: str) -> None:
             f"recompute fallbacks: {reason}",
             f"{sample_sum(s, 'gistrank_recompute_fallbacks_total', reason=reason):.0f}",
         )
-    for k in ("1", "5", "10"):
-        overlap = sample_sum(s, "gistrank_shadow_topk_overlap_total", k=k)
-        reference = sample_sum(s, "gistrank_shadow_topk_reference_total", k=k)
-        table.add_row(f"shadow recall@{k}", f"{overlap / reference:.2f}" if reference else "–")
+    for ranking, name in (("", "shadow recall"), ("fused_", "  fused with BM25")):
+        recalls = []
+        for k in ("1", "5", "10"):
+            overlap = sample_sum(s, f"gistrank_shadow_{ranking}topk_overlap_total", k=k)
+            reference = sample_sum(s, f"gistrank_shadow_{ranking}topk_reference_total", k=k)
+            recalls.append(f"{overlap / reference:.2f}" if reference else "–")
+        table.add_row(f"{name} @1 / @5 / @10", " / ".join(recalls))
+    given = sample_sum(s, "gistrank_rerank_first_stage_requests_total", first_stage="given")
+    absent = sample_sum(s, "gistrank_rerank_first_stage_requests_total", first_stage="absent")
+    table.add_row("requests with / without first-stage scores", f"{given:.0f} / {absent:.0f}")
     for stage in ("fetch", "model", "total"):
         p50 = histogram_quantile(s, "gistrank_rerank_request_duration_seconds", 0.5, stage=stage)
         p99 = histogram_quantile(s, "gistrank_rerank_request_duration_seconds", 0.99, stage=stage)
