@@ -1,6 +1,6 @@
 """The table of reports/quality/fusion.md: each shipped model's BM25 fusion on dev, from evaluations
 already run — the AP89 reader report's per-query nDCG@10 for the default (`ap89-reader/*.json`) and
-`gistrank eval --fit-fusion` of the synthetic-trained students (`fusion-synthetic-dev/`). Reads JSON
+`gistrank eval --fit-fusion` of the synthetic-trained students (`fusion-*/`). Reads JSON
 only (no model, no data):
 
     .venv/bin/python reports/quality/fusion_table.py
@@ -15,6 +15,11 @@ from reranker.evaluation.results import Difference, EvalResult
 from reranker.ranking_metrics import bootstrap_ci
 
 HERE = Path(__file__).parent
+STUDENT_EVALS = {
+    "fusion-ap89-bm25-20": "AP89 dev, BM25's top 20",
+    "fusion-ap89-judged-20": "AP89 dev, judged:20",
+    "fusion-synthetic-dev": "synthetic catalog, dev",
+}
 LISTS = {
     "bm25-20": "AP89 dev, BM25's top 20 (47 topics)",
     "judged-20": "AP89 dev, judged:20 (47 topics)",
@@ -52,17 +57,17 @@ def main() -> None:
     for name, lists in LISTS.items():
         saved = json.loads((HERE / "ap89-reader" / f"{name}.json").read_text())
         print(row(lists, saved["fusion_weights"]["default"], saved["ndcg@10"], "default", "default + bm25"))
-    result = EvalResult.read(HERE / "fusion-synthetic-dev")
-    by_query: dict[str, dict[str, float]] = {}
-    for record in result.records:
-        by_query.setdefault(record.system, {})[record.query_id] = record.metrics["ndcg@10"]
-    for fused, fit in result.interpolation.items():
-        if "model" not in fit:
-            continue
-        system = fused.removesuffix(" + bm25")
-        print(f"\n{fit['model']} (synthetic dev, {result.queries} queries)\n")
-        print(header)
-        print(row("synthetic catalog, dev", fit["weight"], by_query, system, fused))
+    print("\nthe shipped students (gistrank eval --fit-fusion)\n")
+    print(header.replace("lists", "model · lists", 1))
+    for folder, lists in STUDENT_EVALS.items():
+        result = EvalResult.read(HERE / folder)
+        by_query: dict[str, dict[str, float]] = {}
+        for record in result.records:
+            by_query.setdefault(record.system, {})[record.query_id] = record.metrics["ndcg@10"]
+        for fused, fit in result.interpolation.items():
+            if "model" in fit:
+                name = f"{fit['model']} · {lists} ({result.queries} queries)"
+                print(row(name, fit["weight"], by_query, fused.removesuffix(" + bm25"), fused))
 
 
 if __name__ == "__main__":
