@@ -63,6 +63,8 @@ class BlobDType(StrEnum):
     bfloat16 = "bfloat16"
     float16 = "float16"
     int8 = "int8"
+    int4 = "int4"  # group-wise, keys per channel, values per position (reranker/core/kv_codec.py)
+    int2 = "int2"
 
 
 def _catalog_url(url: str | None) -> str | None:

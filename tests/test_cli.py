@@ -243,8 +243,12 @@ def test_bench_store_measures_every_path(tiny_base: Path, tmp_path: Path) -> Non
     for path in ("feast_sqlite", "feast_redis", "raw_redis_pipeline"):
         assert 0 < bench["read"][path]["p50_ms"] <= bench["read"][path]["p99_ms"]
     sizes = {b["storage_dtype"]: b for b in bench["blobs"]}
-    assert set(sizes) == {"float32", "float16", "bfloat16", "int8"}
-    assert all(0 < b["overhead_bytes"] < 1024 for d, b in sizes.items() if d != "int8")
+    assert set(sizes) == {"float32", "float16", "bfloat16", "int8", "int4", "int2"}
+    # a float blob is the formula and a header; a quantised one adds its scales (and minimums)
+    assert all(
+        0 < b["overhead_bytes"] < 1024 for d, b in sizes.items() if d.startswith("float") or d == "bfloat16"
+    )
+    assert sizes["int2"]["blob_bytes"] < sizes["int4"]["blob_bytes"] < sizes["int8"]["blob_bytes"]
 
 
 def test_version_and_short_help_on_every_command_readable_in_a_pipe() -> None:

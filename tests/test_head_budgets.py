@@ -109,12 +109,14 @@ def test_the_codec_stores_only_each_heads_real_columns(tiny_base: Path) -> None:
     for kv in (u for u in model.compress(ITEMS) if u.head_tails is not None):
         decoded = kv_codec.decode(kv_codec.encode(kv, "h")).kv
         assert_scores_equal(model.score(QUERY, [decoded]), model.score(QUERY, [kv]))
-        for storage in ("float32", "float16", "int8"):
+        for storage in ("float32", "float16", "int8", "int4", "int2"):
             blob = kv_codec.encode(kv, "h", storage)
             back = kv_codec.decode(blob).kv
             assert back.head_tails == kv.head_tails and back.slots == kv.slots
-            if storage == "int8":
-                assert (back.kv - kv.kv).abs().max() <= kv.kv.abs().max() / 254 * (1 + 1e-5)
+            if storage in ("int8", "int4", "int2"):
+                # half a step of the widest group: max|x| / 254 symmetric; (max − min) / 2(2^b − 1) asymmetric
+                step = {"int8": 254, "int4": 15, "int2": 3}[storage]
+                assert (back.kv - kv.kv).abs().max() <= kv.kv.abs().max() / step * (1 + 1e-3)
                 assert not back.kv.permute(0, 2, 3, 1, 4)[~kv.real_columns()].any()
             else:
                 assert torch.equal(back.kv, kv.kv.to(getattr(torch, storage)).float())

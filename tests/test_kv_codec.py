@@ -23,6 +23,7 @@ from reranker import FingerprintMismatchError, GistConfig, GistKV, GistReranker
 from reranker.core.kv_codec import (
     FORMAT_VERSION,
     HEADER_SIZE,
+    LOWBIT_GROUP,
     MAGIC,
     STORAGE_DTYPES,
     BlobMetadataError,
@@ -190,10 +191,12 @@ def test_int8_blob_size(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
 def test_payload_nbytes_is_the_blob_less_its_header(
     tiny_model: GistReranker, kvs: list[GistKV], storage: str
 ) -> None:
-    """What evaluation reports as bytes per item: the blob's tensor bytes, its header aside."""
+    """What evaluation reports as bytes per item: the blob's tensor bytes, its header aside (a constant:
+    the frame, the metadata and one header entry per tensor — five for int4 / int2)."""
+    header = 1024 if storage in LOWBIT else 768
     for kv in kvs:  # items of different stored lengths
         dims = (tiny_model.num_layers, kv.kv.shape[3], tiny_model.num_kv_heads, tiny_model.head_dim)
-        assert HEADER_SIZE < len(encode(kv, CONTENT_HASH, storage)) - payload_nbytes(*dims, storage) <= 768
+        assert HEADER_SIZE < len(encode(kv, CONTENT_HASH, storage)) - payload_nbytes(*dims, storage) <= header
 
 
 # ---------------------------------------------------------------------------------- damaged / foreign
@@ -448,3 +451,138 @@ _META_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 )
 def test_fuzz_metadata_behind_a_valid_checksum(blob: bytes, meta: dict[str, str]) -> None:
     _decode_or_typed_error(_tampered(blob, meta))
+
+
+# --------------------------------------------------------------------------------------- int4 and int2
+LOWBIT = {"int4": 4, "int2": 2}
+
+
+def _codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """The documented byte layout read back: 8/b codes a byte, the lowest bits the first channel's."""
+    per_byte = 8 // bits
+    codes = [(packed.long() >> (bits * i)) & (2**bits - 1) for i in range(per_byte)]
+    return torch.stack(codes, dim=-1).flatten(-2)
+
+
+def _expanded(params: torch.Tensor, dim: int, n: int) -> torch.Tensor:
+    """A group parameter over its LOWBIT_GROUP entries along `dim` (the documented grouping)."""
+    return params.float().repeat_interleave(LOWBIT_GROUP, dim).narrow(dim, 0, n)
+
+
+def _dequantized(blob: bytes, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x̂, per-element bound s/2 + |m|·2⁻¹⁰) computed from the blob's stored codes and parameters."""
+    t, _ = payload_parts(blob)
+    q = _codes(t["kv"], bits).float()
+    p, h = q.shape[3], q.shape[4]
+    scale = torch.stack([_expanded(t["k_scale"], 2, p), _expanded(t["v_scale"], 3, h)], dim=1)
+    low = torch.stack([_expanded(t["k_min"], 2, p), _expanded(t["v_min"], 3, h)], dim=1)
+    # the minimum is rounded down to float16 by at most one of its ulps (≤ |m|·2⁻¹⁰)
+    return q * scale + low, scale / 2 + low.abs() * 2**-10 + 1e-6
+
+
+@pytest.mark.lowbit
+@pytest.mark.parametrize("storage", list(LOWBIT))
+def test_lowbit_decode_is_exactly_the_stored_codes_and_within_their_bound(
+    kvs: list[GistKV], storage: str
+) -> None:
+    bits = LOWBIT[storage]
+    for kv in kvs:
+        blob = encode(kv, CONTENT_HASH, storage)
+        decoded = decode(blob)
+        assert decoded.storage_dtype == storage and decoded.kv.kv.dtype == torch.float32
+        expected, bound = _dequantized(blob, bits)
+        assert torch.equal(decoded.kv.kv, expected)  # bit-exact: codes · scale + minimum
+        assert ((decoded.kv.kv - kv.kv).abs() <= bound).all()
+        codes = _codes(payload_parts(blob)[0]["kv"], bits)
+        assert codes.max() == 2**bits - 1 and codes.min() == 0  # each group's range is used
+
+
+@pytest.mark.lowbit
+@pytest.mark.parametrize("storage", list(LOWBIT))
+def test_lowbit_keys_per_channel_values_per_position(kvs: list[GistKV], storage: str) -> None:
+    """An outlier key channel (RoPE) or value position coarsens only its own groups."""
+    x = kvs[0].kv.clone()
+    x[:, 0, :, :, 3] *= 1000
+    x[:, 1, :, 1, :] *= 1000
+    blob = encode(dataclasses.replace(kvs[0], kv=x), CONTENT_HASH, storage)
+    err = (decode(blob).kv.kv - x).abs()
+    _, bound = _dequantized(blob, LOWBIT[storage])
+    assert (err <= bound).all()
+    plain = (decode(encode(kvs[0], CONTENT_HASH, storage)).kv.kv - kvs[0].kv).abs()
+    others = torch.ones(x.shape[-1], dtype=torch.bool)
+    others[3] = False
+    assert err[:, 0][..., others].max() <= plain[:, 0][..., others].max() * 1.01  # other key channels
+    assert err[:, 1, :, 0].max() <= plain[:, 1, :, 0].max() * 1.01  # other value positions
+
+
+@pytest.mark.lowbit
+@pytest.mark.parametrize("storage", list(LOWBIT))
+def test_lowbit_constant_groups_and_the_size_formula(
+    tiny_model: GistReranker, kvs: list[GistKV], storage: str
+) -> None:
+    zeros = dataclasses.replace(kvs[0], kv=torch.zeros_like(kvs[0].kv))
+    assert torch.equal(decode(encode(zeros, CONTENT_HASH, storage)).kv.kv, zeros.kv)
+    layers, heads, p, h = (
+        tiny_model.num_layers,
+        tiny_model.num_kv_heads,
+        kvs[0].positions,
+        tiny_model.head_dim,
+    )
+    groups = -(-p // LOWBIT_GROUP) * h + p * -(-h // LOWBIT_GROUP)
+    assert payload_nbytes(layers, p, heads, h, storage) == layers * heads * (
+        2 * p * h * LOWBIT[storage] // 8 + 4 * groups
+    )
+    assert payload_nbytes(layers, p, heads, h, storage) < payload_nbytes(layers, p, heads, h, "int8")
+
+
+@pytest.mark.lowbit
+@pytest.mark.parametrize("storage", list(LOWBIT))
+def test_lowbit_scores_stay_near_the_originals(
+    tiny_model: GistReranker, kvs: list[GistKV], storage: str
+) -> None:
+    """The decoded unit is scored as any other (the model's dtype, its layout); the scores move with the
+    quantisation error, more at 2 bits than at 4."""
+    original = tiny_model.score(QUERY, kvs)
+    moved = {}
+    for name in ("int8", *LOWBIT):
+        lossy = [decode(encode(kv, CONTENT_HASH, name), tiny_model.fingerprint).kv for kv in kvs]
+        moved[name] = (tiny_model.score(QUERY, lossy) - original).abs().max().item()
+    assert moved["int8"] <= moved["int4"] <= moved["int2"] < 1.0
+
+
+@pytest.mark.lowbit
+@FUZZ
+@given(data=st.data(), storage=st.sampled_from(list(LOWBIT)))
+def test_lowbit_blob_byte_flips_and_truncations_are_detected(
+    kvs: list[GistKV], data: st.DataObject, storage: str
+) -> None:
+    blob = encode(kvs[1], CONTENT_HASH, storage)
+    offset = data.draw(st.integers(0, len(blob) - 1))
+    with pytest.raises(KVBlobError):
+        decode(_flipped(blob, offset, data.draw(st.integers(1, 255))))
+    with pytest.raises(TruncatedBlobError):
+        decode(blob[: data.draw(st.integers(0, len(blob) - 1))])
+
+
+@pytest.mark.lowbit
+def test_lowbit_parameters_that_cannot_decode_are_refused(kvs: list[GistKV]) -> None:
+    blob = encode(kvs[0], CONTENT_HASH, "int4")
+    tensors, _ = payload_parts(blob)
+    for name, value in (
+        ("k_scale", 0.0),
+        ("v_scale", -1.0),
+        ("k_min", float("inf")),
+        ("v_min", float("nan")),
+    ):
+        bad = tensors[name].clone()
+        bad.view(-1)[0] = value
+        with pytest.raises(BlobMetadataError, match=name.split("_")[0]):
+            decode(_tampered(blob, tensors={**tensors, name: bad}))
+    wide = {
+        **tensors,
+        "kv": torch.zeros(*tensors["kv"].shape[:-1], tensors["kv"].shape[-1] * 2, dtype=torch.uint8),
+    }
+    with pytest.raises(BlobMetadataError, match="tensor 'kv'"):
+        decode(_tampered(blob, tensors=wide))  # codes of 8-bit width under an int4 label
+    with pytest.raises(BlobMetadataError):
+        decode(_tampered(blob, {"storage_dtype": "int2"}))  # the same bytes read as 2-bit codes

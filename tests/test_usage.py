@@ -51,7 +51,7 @@ BAD = [  # (arguments, what the error line must say)
     (["eval", "--teacher", "t", "--student", "s", "--out", "{file}"], "is a file"),
     (["eval", "--teacher", "t", "--student", "s", "--data", "{labels}"], "label 1000000 is above 100"),
     (["train", "--out", "run", "--data", "{labels}"], "label 1000000 is above 100"),
-    (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--storage-dtype", "int4"], "'int4'"),
+    (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--storage-dtype", "int3"], "'int3'"),
     # issue 51, gc and ports: a fingerprint that names no view (here: no store at all) keeps nothing;
     # every port option is 1-65535 (0 = a free port where the help says so)
     (["rollout", "gc", "--fingerprint", "deadbeef"], "no view of deadbeef: no Feast store"),

@@ -268,7 +268,7 @@ def _blob_sizes(model: GistReranker) -> list[dict]:
     cfg = model.lm.config
     out = []
     for dtype in STORAGE_DTYPES:
-        width = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}[dtype]
+        width = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int4": 0.5, "int2": 0.25}[dtype]
         formula = kv_nbytes_formula(
             cfg.num_hidden_layers, kv.positions, model.num_kv_heads, model.head_dim, width
         )

@@ -31,9 +31,10 @@ Payload metadata (safetensors string metadata; every key required, no others all
 The compressor must be a known one, and `tail_slots` and `query_start` must be what it gives for
 (budget, j, p): a blob cannot describe a layout its reader would misplace the query in.
 Version history: 1 gists only; 2 added prefix_tokens; 3 names the compressor, budget and query
-start; 4 (this) adds per-head budgets. Older blobs are refused with `UnsupportedVersionError`, whose
-message says to rewrite them: the store is derived data, a serving replica recomputes such a row on
-read, and `gistrank materialize` rewrites the whole catalog.
+start; 4 (this) adds per-head budgets, and the int4 / int2 storages (a decoder that predates them
+refuses such a blob as an unknown storage dtype: a cache miss). Older blobs are refused with
+`UnsupportedVersionError`, whose message says to rewrite them: the store is derived data, a serving
+replica recomputes such a row on read, and `gistrank materialize` rewrites the whole catalog.
 
 Payload tensors:
 
@@ -47,11 +48,22 @@ Payload tensors:
   bound: |x̂ − x| ≤ s/2 = max|x_group| / 254 ≤ max|x| / 254 (plus float32 rounding), before the cast to
   the decode dtype. Size: L·H_kv·(2·k·h + 4·h + 4·k) bytes, about 0.64× fp16 at k=8, h=64.
 
+* int4 / int2: ``kv`` uint8 (L, 2, H_kv, p + s, h·b/8), the b-bit codes of 8/b consecutive channels per
+  byte (the lowest bits first), with float16 ``k_scale`` and ``k_min`` (L, H_kv, ⌈(p + s)/G⌉, h) and
+  ``v_scale`` and ``v_min`` (L, H_kv, p + s, ⌈h/G⌉), G = LOWBIT_GROUP = 32. Asymmetric group-wise
+  quantisation (KIVI, Liu et al. 2024): keys per channel over groups of G positions, values per position
+  over groups of G channels; x̂ = q·s + m with q ∈ [0, 2^b − 1], m the group's minimum rounded down and
+  s = (max − min)/(2^b − 1) rounded up to float16, so the codes cover the group. Error bound:
+  |x̂ − x| ≤ s/2 + (min − m) (plus float32 rounding). At 2 bits four codes share a byte and the float16
+  scale and minimum of each group of 32 add one bit per value: about 3 bits a value at int2, 5 at int4.
+  Values beyond float16's range cannot be stored this way (refused at encode).
+
 Per-head budgets (``head_budgets="per_head"``, `GistKV.head_tails`): every layer keeps H_kv·s tail columns
 but its heads share them unevenly. The payload then holds ``head_tails`` int32 (L, H_kv), each head's
 share (each layer's row sums to H_kv·s), and the real columns only, packed head after head: ``kv``
 (L, 2, T, h) with T = H_kv·(p + s) — head 0's p + s₀ columns, then head 1's, … — and for int8
-``v_scale`` (L, T, 1) the same way (``k_scale`` is per head already). Decoding unpacks into
+``v_scale`` (L, T, 1) the same way (int4 / int2: the codes, ``v_scale`` and ``v_min``; the key parameters
+are per head already). Decoding unpacks into
 (L, 2, H_kv, p + S, h), S the widest share, each head's real columns first and zeros after them,
 which `score` masks per layer and head. The bytes are those of a uniform unit of the same s.
 
@@ -92,9 +104,19 @@ _FLOAT_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
-STORAGE_DTYPES = (*_FLOAT_DTYPES, "int8")
+LOWBIT_BITS = {"int4": 4, "int2": 2}
+LOWBIT_GROUP = 32  # values per scale and minimum (KIVI's group size)
+STORAGE_DTYPES = (*_FLOAT_DTYPES, "int8", *LOWBIT_BITS)
 # safetensors' names
-_ST_DTYPE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int8": "I8", "int32": "I32"}
+_ST_DTYPE = {
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int8": "I8",
+    "int32": "I32",
+    "uint8": "U8",
+}
+_LOWBIT_PARAMS = ("k_scale", "k_min", "v_scale", "v_min")
 _INT8_MAX = 127  # symmetric: -128 is never produced, so q and -q are both representable
 _META_KEYS = frozenset(
     {
@@ -183,9 +205,14 @@ def payload_nbytes(
 ) -> int:
     """Tensor bytes of one item's blob in `storage_dtype` (the frame and metadata add a few hundred):
     `kv_nbytes_formula` for the float types; for int8 one byte per value plus the float32 scales,
-    L·H_kv·(2·P·h + 4·h + 4·P)."""
+    L·H_kv·(2·P·h + 4·h + 4·P); for int4 / int2 b/8 bytes per value plus a float16 scale and minimum per
+    group of LOWBIT_GROUP."""
     if storage_dtype == "int8":
         return num_layers * num_kv_heads * (2 * positions * head_dim + 4 * head_dim + 4 * positions)
+    if storage_dtype in LOWBIT_BITS:
+        codes = 2 * positions * head_dim * LOWBIT_BITS[storage_dtype] // 8
+        groups = _groups(positions) * head_dim + positions * _groups(head_dim)  # keys', values'
+        return num_layers * num_kv_heads * (codes + 2 * 2 * groups)  # float16 scale and minimum each
     size = torch.empty((), dtype=getattr(torch, storage_dtype)).element_size()
     return kv_nbytes_formula(num_layers, positions, num_kv_heads, head_dim, size)
 
@@ -229,6 +256,88 @@ def _quantize_int8(kv: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"kv": q.contiguous(), "k_scale": k_scale.contiguous(), "v_scale": v_scale.contiguous()}
 
 
+def _groups(n: int) -> int:
+    return -(-n // LOWBIT_GROUP)
+
+
+def _group_extremes(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(min, max) of `x` over consecutive groups of LOWBIT_GROUP along `dim` (the last group may be
+    shorter), the grouped dimension of the result one entry per group."""
+    n = x.shape[dim]
+    pad = _groups(n) * LOWBIT_GROUP - n
+    if pad:  # repeating the last entry changes neither extreme of its group
+        x = torch.cat([x, x.narrow(dim, n - 1, 1).expand(*x.shape[:dim], pad, *x.shape[dim + 1 :])], dim)
+    grouped = x.unflatten(dim, (-1, LOWBIT_GROUP))
+    return grouped.amin(dim + 1), grouped.amax(dim + 1)
+
+
+def _per_element(params: torch.Tensor, dim: int, n: int) -> torch.Tensor:
+    """A group parameter repeated over its group's entries along `dim` (n entries)."""
+    return params.repeat_interleave(LOWBIT_GROUP, dim).narrow(dim, 0, n)
+
+
+def _lowbit_params(lo: torch.Tensor, hi: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float16 (scale, minimum) whose codes 0 … 2^b − 1 cover [lo, hi]: the minimum rounded down, the scale
+    rounded up; a group of one value gets scale 1 (its codes are all 0), so decode can insist on s > 0."""
+    span = (hi - lo) / (2**bits - 1)
+    scale = torch.where(span > 0, span, torch.ones_like(span)).half()
+    scale = torch.where(scale.float() < span, torch.nextafter(scale, scale.new_tensor(torch.inf)), scale)
+    low = lo.half()
+    low = torch.where(low.float() > lo, torch.nextafter(low, low.new_tensor(-torch.inf)), low)
+    if not (torch.isfinite(scale).all() and torch.isfinite(low).all()):
+        raise ValueError("K/V values beyond float16's range cannot be stored in 4 or 2 bits")
+    return scale, low
+
+
+def _pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 codes (..., h) of `bits` bits → (..., h·bits/8) bytes, the lowest bits holding the first."""
+    per_byte = 8 // bits
+    grouped = codes.unflatten(-1, (-1, per_byte)).to(torch.int32)
+    shifts = torch.arange(per_byte, dtype=torch.int32) * bits
+    return (grouped << shifts).sum(-1).to(torch.uint8)
+
+
+def _unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """`_pack_codes`'s inverse: (..., h·bits/8) bytes → uint8 codes (..., h)."""
+    per_byte = 8 // bits
+    shifts = torch.arange(per_byte, dtype=torch.int32) * bits
+    codes = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & (2**bits - 1)
+    return codes.flatten(-2).to(torch.uint8)
+
+
+def _quantize_lowbit(kv: torch.Tensor, bits: int) -> dict[str, torch.Tensor]:
+    x = kv.float()
+    positions, head_dim = x.shape[3], x.shape[4]
+    if head_dim % (8 // bits):
+        raise ValueError(
+            f"head_dim {head_dim} is not a multiple of {8 // bits}: {bits}-bit codes fill whole bytes"
+        )
+    k_scale, k_min = _lowbit_params(*_group_extremes(x[:, 0], 2), bits)  # per channel over positions
+    v_scale, v_min = _lowbit_params(*_group_extremes(x[:, 1], 3), bits)  # per position over channels
+    scale = torch.stack(
+        [_per_element(k_scale, 2, positions), _per_element(v_scale, 3, head_dim)], dim=1
+    ).float()
+    low = torch.stack([_per_element(k_min, 2, positions), _per_element(v_min, 3, head_dim)], dim=1).float()
+    codes = torch.round((x - low) / scale).clamp_(0, 2**bits - 1).to(torch.uint8)
+    return {
+        "kv": _pack_codes(codes, bits),
+        "k_scale": k_scale,
+        "k_min": k_min,
+        "v_scale": v_scale,
+        "v_min": v_min,
+    }
+
+
+def _dequantize_lowbit(tensors: dict[str, torch.Tensor], bits: int) -> torch.Tensor:
+    codes = _unpack_codes(tensors["kv"], bits).float()  # (L, 2, H_kv, P, h)
+    positions, head_dim = codes.shape[3], codes.shape[4]
+    k = codes[:, 0] * _per_element(tensors["k_scale"].float(), 2, positions)
+    k += _per_element(tensors["k_min"].float(), 2, positions)
+    v = codes[:, 1] * _per_element(tensors["v_scale"].float(), 3, head_dim)
+    v += _per_element(tensors["v_min"].float(), 3, head_dim)
+    return torch.stack([k, v], dim=1)
+
+
 def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> bytes:
     """Serialise `kv` (stored as `storage_dtype`, default its own dtype) into a checksummed blob.
 
@@ -252,10 +361,12 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
     )
 
     tensor = kv.kv.detach().cpu()
-    if storage == "int8":
+    if storage == "int8" or storage in LOWBIT_BITS:
         if not torch.isfinite(tensor).all():
             raise ValueError("K/V has non-finite values")
-        tensors = _quantize_int8(tensor)
+        tensors = (
+            _quantize_int8(tensor) if storage == "int8" else _quantize_lowbit(tensor, LOWBIT_BITS[storage])
+        )
     else:
         cast = tensor.to(_FLOAT_DTYPES[storage]).contiguous()
         if not torch.isfinite(cast).all():
@@ -264,8 +375,9 @@ def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> b
     if kv.head_tails is not None:  # only the real columns are stored (module docstring)
         real = kv.real_columns()
         tensors["kv"] = _pack(tensors["kv"], real)
-        if "v_scale" in tensors:
-            tensors["v_scale"] = _pack(tensors["v_scale"][:, None], real)[:, 0]
+        for name in ("v_scale", "v_min"):  # per position: only the real columns' (keys' are per head)
+            if name in tensors:
+                tensors[name] = _pack(tensors[name][:, None], real)[:, 0]
         tensors["head_tails"] = kv.tail_lens().to(torch.int32)
 
     num_layers, _, num_kv_heads, _, head_dim = shape
@@ -434,11 +546,22 @@ def decode(
     # inconsistent blob never reaches the allocator with sizes nobody vouched for.
     shape = (num_layers, 2, num_kv_heads, positions, head_dim)
     columns = num_kv_heads * positions  # T: a layer's columns, packed head after head (per_head)
-    expected = {"kv": (storage, (num_layers, 2, columns, head_dim) if per_head else shape)}
+    bits = LOWBIT_BITS.get(storage)
+    width = head_dim if bits is None else head_dim * bits // 8  # bytes of a row's codes
+    if bits is not None and head_dim % (8 // bits):
+        raise BlobMetadataError(f"head_dim {head_dim} does not fill whole bytes of {bits}-bit codes")
+    code_dtype = "uint8" if bits is not None else storage
+    expected = {"kv": (code_dtype, (num_layers, 2, columns, width) if per_head else (*shape[:-1], width))}
     if storage == "int8":
         expected["k_scale"] = ("float32", (num_layers, num_kv_heads, 1, head_dim))
         v_scale = (num_layers, columns, 1) if per_head else (num_layers, num_kv_heads, positions, 1)
         expected["v_scale"] = ("float32", v_scale)
+    elif bits is not None:
+        k_params = (num_layers, num_kv_heads, _groups(positions), head_dim)
+        per_v = _groups(head_dim)
+        v_params = (num_layers, columns, per_v) if per_head else (num_layers, num_kv_heads, positions, per_v)
+        for name in _LOWBIT_PARAMS:
+            expected[name] = ("float16", k_params if name.startswith("k_") else v_params)
     if per_head:
         expected["head_tails"] = ("int32", (num_layers, num_kv_heads))
     if set(header) != set(expected):
@@ -455,6 +578,12 @@ def decode(
                 raise BlobMetadataError(f"{name} has non-positive or non-finite entries")
         if tensors["kv"].min() < -_INT8_MAX:
             raise BlobMetadataError("int8 K/V holds -128, which the encoder never writes")
+    elif bits is not None:  # every byte is a valid run of codes; the parameters must be usable
+        for name in _LOWBIT_PARAMS:
+            if not torch.isfinite(tensors[name]).all():
+                raise BlobMetadataError(f"{name} has non-finite entries")
+        if not ((tensors["k_scale"] > 0).all() and (tensors["v_scale"] > 0).all()):
+            raise BlobMetadataError("k_scale / v_scale have non-positive entries")
     elif not torch.isfinite(tensors["kv"]).all():
         raise BlobMetadataError("K/V has non-finite values")
 
@@ -469,13 +598,18 @@ def decode(
         head_tails = tuple(tuple(row) for row in shares.tolist())
         real = held_columns(prefix_tokens, shares)
         tensors["kv"] = _unpack(tensors["kv"], real)
-        if storage == "int8":
-            tensors["v_scale"] = _unpack(tensors["v_scale"][:, None], real)[:, 0]
+        for name in ("v_scale", "v_min"):
+            if name in tensors:
+                tensors[name] = _unpack(tensors[name][:, None], real)[:, 0]
 
     if storage == "int8":
         x = tensors["kv"].float()
         x[:, 0] *= tensors["k_scale"]
         x[:, 1] *= tensors["v_scale"]
+    elif bits is not None:
+        x = _dequantize_lowbit(tensors, bits)
+        if per_head:  # a padding column's codes are 0, which reads as its group's minimum: zero it
+            x.permute(0, 2, 3, 1, 4)[~real] = 0
     else:
         x = tensors["kv"]
 
