@@ -146,6 +146,23 @@ def test_feast_hit_is_decoded_and_cached_in_l1(tiny_model, catalog, feast_store)
     lookup.refresh.close()
 
 
+@pytest.mark.lowbit
+@pytest.mark.parametrize("storage", ["int4", "int2"])
+def test_a_low_bit_feast_row_is_served_as_its_decoded_kv(
+    tiny_model, catalog, feast_store, storage: str
+) -> None:
+    """A row the consumer wrote at 4 or 2 bits is a Feast hit, scored from its dequantised K/V."""
+    kv = tiny_model.compress([text_of(catalog, "item-3")])[0]
+    item = catalog.get(["item-3"])["item-3"]
+    row = GistRow.encode("item-3", kv, item.content_hash, item.version, storage_dtype=storage)
+    feast_store.write([row])
+    lookup, _ = make_lookup(tiny_model, catalog, feast_store)
+    served = lookup.fetch(["item-3"])["item-3"]
+    assert served.status is Status.FEAST
+    assert torch.equal(served.kv.kv, kv_codec.decode(row.kv).kv.kv) and not torch.equal(served.kv.kv, kv.kv)
+    lookup.refresh.close()
+
+
 def _foreign_kv(kv: GistKV) -> GistKV:
     return dataclasses.replace(kv, fingerprint="0" * 32)
 
