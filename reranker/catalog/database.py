@@ -51,7 +51,7 @@ from reranker.catalog.events import (
 )
 from reranker.core.file_formats import BOM, not_jsonl_hint
 from reranker.core.home import default_catalog_url, home
-from reranker.core.render import content_hash
+from reranker.core.render import content_hash, render_item
 
 DEFAULT_URL = default_catalog_url()  # $GISTRANK_HOME/catalog.db, read when this module is imported
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -111,6 +111,10 @@ class Item(Base):
 
     def fields(self) -> ItemFields:
         return ItemFields(title=self.title, attributes=self.attributes, description=self.description)
+
+    def text(self) -> str:
+        """The item as every model reads it (`render_item`): compressed, recomputed, or read in full."""
+        return render_item(self.title, self.attributes, self.description)
 
     def event(self) -> ChangeEvent:
         """The change event describing this row's current state."""

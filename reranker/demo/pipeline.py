@@ -26,8 +26,8 @@ from monitoring.scrape import histogram_quantile, sample_sum, scrape
 from reranker.catalog.sample import SAMPLE_CATALOG, sample_queries
 from reranker.core.checkpoints import default_shadow
 from reranker.core.model import GistReranker
-from reranker.core.render import render_item
 from reranker.evaluation.baselines import bm25_scores
+from reranker.ranking_metrics import top_k
 from reranker.serving.local_run import Steps, serving_checkpoint
 
 if TYPE_CHECKING:
@@ -72,9 +72,6 @@ def _rankings(console: Console, query: str, bm25: list[float], gist: list, full:
     """The candidates' top `top` by BM25 (the first stage), by the reranker alone, as served (fused with
     BM25) and by the shadow."""
 
-    def best(values: list[float]) -> list[int]:
-        return sorted(range(len(values)), key=lambda i: -values[i])[:top]
-
     table = Table(title=f"query: {query!r}", title_justify="left")
     for title in (
         "first stage: BM25",
@@ -84,13 +81,13 @@ def _rankings(console: Console, query: str, bm25: list[float], gist: list, full:
     ):
         table.add_column(title, overflow="fold")  # a narrow terminal wraps ids, never cuts them
     columns = [
-        [f"{gist[i].item_id} ({bm25[i]:.2f})" for i in best(bm25)],
+        [f"{gist[i].item_id} ({bm25[i]:.2f})" for i in top_k(bm25, top)],
         [
             f"{gist[i].item_id} ({gist[i].rerank_score:+.2f} · {gist[i].status})"
-            for i in best([c.rerank_score for c in gist])
+            for i in top_k([c.rerank_score for c in gist], top)
         ],
-        [f"{gist[i].item_id} ({gist[i].score:.2f})" for i in best([c.score for c in gist])],
-        [f"{full[i].item_id} ({full[i].score:+.2f})" for i in best([c.score for c in full])],
+        [f"{gist[i].item_id} ({gist[i].score:.2f})" for i in top_k([c.score for c in gist], top)],
+        [f"{full[i].item_id} ({full[i].score:+.2f})" for i in top_k([c.score for c in full], top)],
     ]
     for row in zip(*columns, strict=True):
         table.add_row(*row)
@@ -239,7 +236,7 @@ def _rank_side_by_side(
     """Each sample query over the whole catalog, with BM25 over the catalog as its first stage; every
     ranking is written to `out` (JSON)."""
     items = catalog.get(ids)
-    texts = [render_item(items[i].title, items[i].attributes, items[i].description) for i in ids]
+    texts = [items[i].text() for i in ids]
     rows = []
     for query in sample_queries()[:queries]:
         bm25 = bm25_scores(query, texts)

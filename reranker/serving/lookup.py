@@ -43,7 +43,6 @@ from reranker.catalog.events import ChangeEvent
 from reranker.core import kv_codec
 from reranker.core.errors import GistRankError
 from reranker.core.kv import GistKV
-from reranker.core.render import render_item
 from reranker.serving.status import Status
 from reranker.serving.worker import BackgroundWorker
 from reranker.store import FeatureStoreUnavailableError, GistStore
@@ -68,9 +67,7 @@ class Model(Protocol):
 
 
 class CatalogItem(Protocol):
-    title: str
-    attributes: dict[str, Any]
-    description: str
+    def text(self) -> str: ...
 
     def event(self) -> ChangeEvent: ...
 
@@ -314,7 +311,7 @@ class KVLookup:
         out.update({item_id: Resolved(Status.UNKNOWN_ITEM) for item_id in reasons if item_id not in items})
         for item_id in found:
             RECOMPUTES.labels(reason=reasons[item_id]).inc()
-        texts = [render_item(items[i].title, items[i].attributes, items[i].description) for i in found]
+        texts = [items[i].text() for i in found]
         refresh = []
         for item_id, kv in zip(found, self._compress(texts), strict=True):
             if kv is None:

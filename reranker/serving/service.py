@@ -32,7 +32,6 @@ from monitoring.serving_metrics import (
 from reranker.core.errors import GistRankError
 from reranker.core.fusion import Fusion
 from reranker.core.kv import GistKV
-from reranker.core.render import render_item
 from reranker.serving.lookup import ItemSource, KVLookup
 from reranker.serving.requests import (
     DEFAULT_MAX_CANDIDATES,
@@ -163,10 +162,7 @@ class FullService:
             return RerankResult(scores, (Status.CATALOG_UNAVAILABLE,) * len(ids))
         statuses = tuple(Status.FULL if i in items else Status.UNKNOWN_ITEM for i in ids)
         known = [n for n, status in enumerate(statuses) if status.scored]
-        texts = [
-            render_item(items[ids[n]].title, items[ids[n]].attributes, items[ids[n]].description)
-            for n in known
-        ]
+        texts = [items[ids[n]].text() for n in known]
         # Full-context rows are item-length: batches bound the memory of one forward.
         for start in range(0, len(known), self.batch_size):
             chunk = known[start : start + self.batch_size]
