@@ -23,7 +23,8 @@ from reranker.core.home import home
 from reranker.ranking_metrics import GAIN_FORMULA
 from reranker.serving.cli import rerank, serve
 from streaming.cli import (
-    StorageDType,
+    BlobDType,
+    KVStorageOpt,
     catalog_app,
     consume,
     dlq_app,
@@ -102,7 +103,14 @@ def demo(
     num_gist: Annotated[
         int | None, typer.Option(help="k stored positions (default: the model's own)")
     ] = None,
-    dtype: DType = "auto",
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            help="dtype of a fresh wrap's weights and K/V: float32 | bfloat16 | float16 | auto (bf16 only "
+            "where fast, so its fingerprint depends on the machine); default the model's own, the same on "
+            "every machine, as `serve` and `consume` use"
+        ),
+    ] = None,
     core: Annotated[
         bool, typer.Option(help="in-process only: compress + score vs score_full, no services")
     ] = False,
@@ -159,14 +167,20 @@ def bench(
             help="gist | select | prefix: what the k stored positions are (online cost is the same)"
         ),
     ] = "gist",
+    kv_storage: Annotated[
+        list[BlobDType] | None,
+        typer.Option(help="storages whose store hit (decode + score) is timed; repeatable"),
+    ] = None,
 ) -> None:
-    """Candidates/s of online `score` vs full-context `score_full`, next to the ideal (j + ℓ)/ℓ, and
-    the offline compression time per item."""
+    """Candidates/s of online `score` vs full-context `score_full`, next to the ideal (j + ℓ)/ℓ, the
+    offline compression time per item, and ms per candidate of a store hit at each storage precision
+    (default bfloat16, int8, int4, int2)."""
     check_model(model)
     from reranker.bench.score import run_score_bench
 
     js = item_tokens or [256, 512, 1024]
-    run_score_bench(model, candidates, query_tokens, js, num_gist, dtype, repeats, out, compressor)
+    storages = [s.value for s in kv_storage] if kv_storage else ["bfloat16", "int8", "int4", "int2"]
+    run_score_bench(model, candidates, query_tokens, js, num_gist, dtype, repeats, out, compressor, storages)
 
 
 @app.command(name="bench-packing")
@@ -795,8 +809,11 @@ def plan(
     items: Annotated[int, typer.Option(min=1, help="catalog size")],
     qps: Annotated[float, typer.Option(parser=_finite(0), help="queries per second")],
     candidates: Annotated[int, typer.Option(min=1, help="candidates reranked per query")],
-    model: Annotated[str, typer.Option(help="model reference (alias, folder, REF?settings)")] = DEFAULT_MODEL,
-    storage_dtype: StorageDType = None,
+    model: Annotated[
+        str,
+        typer.Option(help="model reference (alias, folder, REF?settings; ?kib=N: a budget in KiB per item)"),
+    ] = DEFAULT_MODEL,
+    kv_storage: KVStorageOpt = None,
     hit_ratio: Annotated[
         float, typer.Option(parser=_finite(0, 1), help="share of lookups served from the store")
     ] = 1.0,
@@ -823,16 +840,22 @@ def plan(
 ) -> None:
     """Capacity: K/V bytes per item (the codec's real blob), store size and Redis shards, fetch
     bytes/s, online FLOPs/s, backfill hours and consumers — from the model's own config."""
-    check_model(model)
+    from reranker.core.checkpoints import model_spec
+
+    spec = model_spec(model, kv_storage=kv_storage and kv_storage.value)
+    check_model(spec)
     from rich.console import Console
     from rich.table import Table
 
+    from reranker.core.errors import one_line
     from reranker.core.model import GistReranker
     from reranker.serving.capacity import measure_items_per_s
     from reranker.serving.capacity import plan as make_plan
 
-    reader = GistReranker.from_pretrained(model)
-    dtype = storage_dtype.value if storage_dtype else None
+    try:
+        reader = GistReranker.from_pretrained(spec)
+    except ValueError as exc:  # a budget in KiB that holds no position
+        raise typer.BadParameter(one_line(exc), param_hint="--model") from None
     if consumer_items_per_s is None:
         consumer_items_per_s = measure_items_per_s(reader, item_tokens or reader.gist.max_item_tokens)
     result = make_plan(
@@ -841,7 +864,6 @@ def plan(
         qps,
         candidates,
         hit_ratio,
-        dtype,
         shard_gib,
         shard_fill,
         query_tokens,
@@ -852,7 +874,7 @@ def plan(
     )
     g = reader.gist
     table = Table(
-        title=f"{model}: {g.compressor}, t={g.keep_item_prefix}, k={g.num_gist}, {dtype or g.dtype}"
+        title=f"{model}: {g.compressor}, t={g.keep_item_prefix}, k={g.num_gist}, K/V stored as {g.storage}"
     )
     table.add_column("quantity")
     table.add_column("value", justify="right")

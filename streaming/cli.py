@@ -113,8 +113,14 @@ DType = Annotated[
         "float32; a checkpoint's own). Compute runs in it where the machine is native, else in float32"
     ),
 ]
-StorageDType = Annotated[
-    BlobDType | None, typer.Option(help="K/V dtype in the stored blob (default: the model's K/V dtype)")
+KVStorageOpt = Annotated[
+    BlobDType | None,
+    typer.Option(
+        "--kv-storage",
+        "--storage-dtype",
+        help="how the store keeps the K/V: the model reference's kv_storage setting, so part of the "
+        "store fingerprint (default: the model's own; int4 / int2: group-wise codes, core/kv_codec.py)",
+    ),
 ]
 CompressBatch = Annotated[int, typer.Option(min=1, help="items per compression forward")]
 CompressorOpt = Annotated[
@@ -143,15 +149,20 @@ def _load_model(
     dtype: ComputeDType | None,
     compressor: str | None = None,
     max_item_tokens: int | None = None,
+    kv_storage: BlobDType | None = None,
 ) -> GistReranker:
     """`GistReranker.read`, its refusals as usage errors."""
-    check_model(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    storage = kv_storage and kv_storage.value
+    settings = {"num_gist": num_gist, "max_item_tokens": max_item_tokens, "kv_storage": storage}
+    check_model(ref, compressor=compressor, **settings)
     from reranker import GistReranker  # torch: once the reference is known good
     from reranker.core.base_models import BaseModelUnavailableError
     from reranker.core.errors import one_line
 
     try:
-        return GistReranker.read(ref, dtype and dtype.value, compressor, num_gist, max_item_tokens)
+        return GistReranker.read(
+            ref, dtype and dtype.value, compressor, num_gist, max_item_tokens, kv_storage=storage
+        )
     except (ValueError, BaseModelUnavailableError) as exc:  # an unknown name or compressor, a k the ...
         raise typer.BadParameter(one_line(exc), param_hint="--model") from None
 
@@ -253,7 +264,7 @@ def consume(
     compressor: CompressorOpt = None,
     max_item_tokens: MaxItemTokens = None,
     dtype: DType = None,
-    storage_dtype: StorageDType = None,
+    kv_storage: KVStorageOpt = None,
     batch_size: Annotated[int, typer.Option(min=1, help="records polled per batch")] = 64,
     compress_batch_size: CompressBatch = 16,
     feast_dir: FeastDir = None,
@@ -297,11 +308,14 @@ def consume(
     if metrics_port is not None:  # before the model loads, as every check of the options
         ensure_free(metrics_address, {"--metrics-port": metrics_port})
     # a misspelled model fails at once (exit 2), a down broker in seconds (exit 1): before the load
-    check_model(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+    storage = kv_storage and kv_storage.value
+    check_model(
+        model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens, kv_storage=storage
+    )
     require_broker(settings, verbose)
     from streaming.consumer import ForeignGroupError, GistConsumer
 
-    gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
+    gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens, kv_storage)
     store = _open_store(gist_model.fingerprint, feast_dir, online, redis_url, feast_config)
     if create_topics:
         ensure_topics(settings, partitions)
@@ -316,7 +330,6 @@ def consume(
             store,
             batch_size=batch_size,
             compress_batch_size=compress_batch_size,
-            storage_dtype=storage_dtype.value if storage_dtype else None,
             catalog=Catalog(catalog_url) if catalog_url else None,
             rejoin_after_s=rejoin_after_s,
         )
@@ -353,7 +366,7 @@ def materialize(
     compressor: CompressorOpt = None,
     max_item_tokens: MaxItemTokens = None,
     dtype: DType = None,
-    storage_dtype: StorageDType = None,
+    kv_storage: KVStorageOpt = None,
     batch_size: CompressBatch = 16,
     feast_dir: FeastDir = None,
     online: Online = OnlineStore.sqlite,
@@ -363,11 +376,10 @@ def materialize(
     """Backfill the gist store from the catalog: every live item, or only the stale ones."""
     from streaming.materialize import materialize as run_materialize
 
-    gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens)
+    gist_model = _load_model(model, num_gist, dtype, compressor, max_item_tokens, kv_storage)
     store = _open_store(gist_model.fingerprint, feast_dir, online, redis_url, feast_config)
     with Catalog(catalog_url) as catalog:
-        blob_dtype = storage_dtype.value if storage_dtype else None
-        result = run_materialize(catalog, gist_model, store, stale_only, batch_size, blob_dtype)
+        result = run_materialize(catalog, gist_model, store, stale_only, batch_size)
     typer.echo(f"scanned {result.scanned}, compressed {result.compressed}, written {result.written}")
 
 

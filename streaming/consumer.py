@@ -180,7 +180,7 @@ class GistConsumer:
     """Consume change events, write gist K/V rows to the store, dead-letter bad events.
 
     `batch_size` records are polled per batch; `compress_batch_size` items go through one forward.
-    `storage_dtype` is the blob's K/V dtype (kv_codec.STORAGE_DTYPES; default the model's dtype).
+    Blobs are encoded at the model's storage (`GistConfig.storage`).
     """
 
     def __init__(
@@ -190,7 +190,6 @@ class GistConsumer:
         store: GistStore,
         batch_size: int = 64,
         compress_batch_size: int = 16,
-        storage_dtype: str | None = None,
         catalog: Catalog | None = None,
         poll_timeout_s: float = 1.0,
         ack_timeout_s: float = 60.0,
@@ -204,7 +203,6 @@ class GistConsumer:
         self.store = store
         self.batch_size = batch_size
         self.compress_batch_size = compress_batch_size
-        self.storage_dtype = storage_dtype
         self.catalog = catalog
         self.poll_timeout_s = poll_timeout_s
         self.ack_timeout_s = ack_timeout_s
@@ -530,7 +528,7 @@ class GistConsumer:
         for pending in chunk:
             assert pending.event.fields is not None  # the schema requires fields on an upsert
             items.append((pending.event.item_id, pending.event.fields, pending.event.version))
-        return compress_rows(self.model, items, self.compress_batch_size, self.storage_dtype)
+        return compress_rows(self.model, items, self.compress_batch_size)
 
     def _dead_letter(self, dead: list[DeadLetter]) -> list[Future]:
         acks = []

@@ -58,9 +58,10 @@ def compress_rows(
     model: GistReranker,
     items: Sequence[tuple[str, ItemFields, int]],
     batch_size: int = 16,
-    storage_dtype: str | None = None,
 ) -> list[GistRow]:
-    """(item_id, fields, version) → store rows: render, compress in `batch_size` forwards, encode.
+    """(item_id, fields, version) → store rows: render, compress in `batch_size` forwards, encode at the
+    model's storage (`GistConfig.storage`: part of its store fingerprint, so every writer of one view
+    encodes alike).
 
     The one place, shared by the consumer and the backfill, where item content becomes a K/V blob. The
     content hash is computed from the fields, never copied from elsewhere: a renderer change must show.
@@ -71,7 +72,7 @@ def compress_rows(
     rows = []
     for (item_id, fields, version), kv in zip(items, kvs, strict=True):
         digest = content_hash(fields.title, fields.attributes, fields.description)
-        rows.append(GistRow.encode(item_id, kv, digest, version, storage_dtype))
+        rows.append(GistRow.encode(item_id, kv, digest, version, model.gist.storage))
     return rows
 
 
@@ -81,7 +82,6 @@ def materialize(
     store: GistStore,
     stale_only: bool = False,
     batch_size: int = 16,
-    storage_dtype: str | None = None,
     progress: bool = True,
 ) -> MaterializeResult:
     """Compress every live catalog item (or only the stale ones) in `batch_size` forwards and write them.
@@ -100,7 +100,7 @@ def materialize(
                 todo = [item for item in chunk if stored[item.item_id] != fingerprint]
             if todo:
                 items = [(item.item_id, item.fields(), item.version) for item in todo]
-                rows = compress_rows(model, items, batch_size, storage_dtype)
+                rows = compress_rows(model, items, batch_size)
                 compressed += len(rows)
                 written += len(store.write(rows).written)
             bar.update(scanned - bar.n)

@@ -44,12 +44,13 @@ def test_blob_bytes_is_the_codec_blob_of_a_real_item(tiny_base: Path, storage: s
     as_planned = replace(
         kv, item_tokens=cap, query_start=model.compressor.query_start(4, cap, kv.prefix_tokens)
     )
-    assert blob_bytes(model, storage) == len(encode(as_planned, "c" * 64, storage))
-    assert abs(blob_bytes(model, storage) - len(encode(kv, "c" * 64, storage))) <= 16
+    stored_as = model.with_gist_config(model.gist.model_copy(update={"kv_storage": storage}))
+    assert blob_bytes(stored_as) == len(encode(as_planned, "c" * 64, storage))
+    assert abs(blob_bytes(stored_as) - len(encode(kv, "c" * 64, storage))) <= 16
 
 
 def test_plan_figures(tiny_model: GistReranker) -> None:
-    blob = blob_bytes(tiny_model, "float32")
+    blob = blob_bytes(tiny_model)  # stored as its dtype, float32
     p = plan(
         tiny_model,
         items=10_000_000,
@@ -94,6 +95,7 @@ def test_plan_command(tiny_base: Path, tmp_path: Path) -> None:
     args = ["plan", "--items", "1000000", "--qps", "100", "--candidates", "50", "--model", str(path)]
     result = CliRunner().invoke(app, [*args, "--storage-dtype", "int8"])
     assert result.exit_code == 0, result.output
-    kib = blob_bytes(model, "int8") / 1024
-    assert f"{kib:.1f} KiB" in result.output
+    int8 = model.with_gist_config(model.gist.model_copy(update={"kv_storage": "int8"}))
+    assert f"{blob_bytes(int8) / 1024:.1f} KiB" in result.output
+    assert "k=4, K/V stored as int8" in result.output
     assert "items/s" in result.output and "consumers for a 24 h backfill" in result.output  # measured

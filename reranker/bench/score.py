@@ -3,12 +3,15 @@
 Per candidate the full cross-encoder runs j + ℓ positions and the gist path ℓ, so the ideal speed-up is
 (j + ℓ)/ℓ (DESIGN §3). Both paths score the same N candidates with one batched forward; the gist
 K/V is compressed beforehand (offline work, timed apart: ms per item for the chosen compressor — gists
-are one causal forward; selection adds the attention weights of an eager forward).
+are one causal forward; selection adds the attention weights of an eager forward). Beside them, per
+storage precision, the online path as serving runs it on a store hit: each candidate's blob decoded
+(dequantized, for int8 / int4 / int2) and scored — ms per candidate, in the same run.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -17,6 +20,7 @@ from tqdm.auto import tqdm
 
 from reranker.bench.harness import model_meta, rate
 from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.kv_codec import decode, encode
 from reranker.core.model import GistReranker
 from reranker.evaluation.tables import publish
 
@@ -69,6 +73,7 @@ def run_score_bench(
     repeats: int,
     out: Path,
     compressor: str = "gist",
+    storages: Sequence[str] = ("bfloat16", "int8", "int4", "int2"),
 ) -> list[dict]:
     console = Console()
     dtype = resolve_dtype(dtype)
@@ -88,6 +93,15 @@ def run_score_bench(
         kvs = [compressed[i % len(distinct)] for i in range(candidates)]
         mean_j = sum(kv.item_tokens for kv in kvs) / len(kvs)
         online_rate = rate(lambda kvs=kvs: model.score(query, kvs), candidates, repeats)
+        from_blobs = {}
+        for storage in storages:
+            blobs = [encode(kv, "0" * 64, storage) for kv in compressed]
+            read = [blobs[i % len(blobs)] for i in range(candidates)]
+
+            def hit(read: list[bytes] = read) -> None:  # serving's hit path: decode, then score
+                model.score(query, [decode(b, dtype=model.kv_dtype).kv for b in read])
+
+            from_blobs[storage] = 1000 / rate(hit, candidates, repeats)
         with torch.inference_mode():
             full_rate = rate(lambda items=items: model.score_full(query, items), candidates, 1, warmup=False)
         ideal = (mean_j + ell) / ell
@@ -103,6 +117,7 @@ def run_score_bench(
                 "ideal_speedup": ideal,
                 "fraction_of_ideal": online_rate / full_rate / ideal,
                 "compress_ms_per_item": compress_ms,
+                "stored_ms_per_candidate": from_blobs,
             }
         )
     title = (
@@ -116,6 +131,7 @@ def run_score_bench(
         "ideal (j+ℓ)/ℓ",
         "of ideal",
         "compress ms/item",
+        *(f"hit ms/cand {s}" for s in storages),
     )
     cells = [
         [
@@ -126,6 +142,7 @@ def run_score_bench(
             f"{r['ideal_speedup']:.1f}x",
             f"{r['fraction_of_ideal']:.2f}",
             f"{r['compress_ms_per_item']:.0f}",
+            *(f"{r['stored_ms_per_candidate'][s]:.2f}" for s in storages),
         ]
         for r in rows
     ]

@@ -13,6 +13,8 @@ if TYPE_CHECKING:  # torch is imported where a dtype is resolved: a settings che
     import torch  # step, reranker.core.model_refs) must not pay for it
 
 DType = Literal["float32", "bfloat16", "float16"]
+# how a stored unit keeps its K/V (reranker/core/kv_codec.py): a float dtype, or integer codes with scales
+KVStorage = Literal["float32", "bfloat16", "float16", "int8", "int4", "int2"]
 # each compressor (reranker/core/compressors/) → the GistConfig settings only it reads (a model reference
 # naming another compressor refuses them): here, not in the registry, which imports torch — checking a
 # model reference, every command's first step, must stay cheap
@@ -69,7 +71,7 @@ class GistConfig(BaseModel):
     num_gist: int = Field(
         8,
         ge=1,
-        le=256,
+        le=1024,
         description="k: the budget, stored positions per item after the prefix (gist tokens, "
         "selected columns or prefix tokens, as the compressor says)",
     )
@@ -133,6 +135,13 @@ class GistConfig(BaseModel):
         description="storage dtype: of the stored K/V and of the weights' fingerprint; the compute dtype "
         "is chosen per machine at load (compute_dtype_for)",
     )
+    kv_storage: KVStorage | None = Field(
+        None,
+        description="how a stored unit keeps its K/V (core/kv_codec.py): float32, bfloat16 or float16 "
+        "values, or int8 / int4 / int2 codes with per-group scales; None = `dtype`. A setting of the stored "
+        "unit (it is in the store fingerprint), so every writer and reader of one Feast view agrees on it "
+        "whatever machine it runs on",
+    )
     query_template: str = Field(
         "\nQuery: {query}\nRelevant:",
         description="how the query is written after the gists; must contain {query}",
@@ -194,6 +203,11 @@ class GistConfig(BaseModel):
         import torch
 
         return getattr(torch, self.dtype)
+
+    @property
+    def storage(self) -> KVStorage:
+        """What the store keeps of a unit's K/V: `kv_storage`, else the model's `dtype`."""
+        return self.kv_storage or self.dtype
 
 
 def native_bf16(device: torch.device | str = "cpu") -> bool:

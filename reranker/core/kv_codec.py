@@ -217,6 +217,21 @@ def payload_nbytes(
     return kv_nbytes_formula(num_layers, positions, num_kv_heads, head_dim, size)
 
 
+def positions_within(
+    nbytes: float, num_layers: int, num_kv_heads: int, head_dim: int, storage_dtype: str
+) -> int:
+    """The most positions whose K/V fits `nbytes` per item in `storage_dtype` (`payload_nbytes`, which
+    grows with the positions): a budget in bytes turned into one in positions; 0 when none fits."""
+    low, high = 0, 1
+    while payload_nbytes(num_layers, high, num_kv_heads, head_dim, storage_dtype) <= nbytes:
+        low, high = high, 2 * high
+    while high - low > 1:  # payload(low) fits, payload(high) does not
+        mid = (low + high) // 2
+        fits = payload_nbytes(num_layers, mid, num_kv_heads, head_dim, storage_dtype) <= nbytes
+        low, high = (mid, high) if fits else (low, mid)
+    return low
+
+
 def _digest(prefix: bytes, payload: bytes) -> bytes:
     h = hashlib.blake2b(prefix, digest_size=_DIGEST_SIZE)
     h.update(payload)

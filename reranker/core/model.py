@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-from reranker.core import layout
+from reranker.core import kv_codec, layout
 from reranker.core.compressors import Compressor, compressor_for
 from reranker.core.config import GistConfig
 from reranker.core.errors import (
@@ -476,6 +476,18 @@ class GistReranker(GistWeights):
             head_tails=kept.head_tails,
         )
 
+    def as_stored(self, units: Sequence[GistKV]) -> list[GistKV]:
+        """`units` as a reader of the store gets them back: encoded at this model's storage
+        (`GistConfig.storage`) and decoded — what an evaluation must score to measure what is served.
+        A float storage equal to the K/V's dtype is lossless, so those are returned as they are."""
+        storage = self.gist.storage
+        if storage == str(self.kv_dtype).removeprefix("torch."):
+            return list(units)
+        blobs = (kv_codec.encode(u, content_hash="0" * 64, storage_dtype=storage) for u in units)
+        return [
+            kv_codec.decode(b, expected_fingerprint=self.fingerprint, dtype=self.kv_dtype).kv for b in blobs
+        ]
+
     def check_kv(self, kvs: Sequence[GistKV]) -> None:
         """Refuse K/V that this model did not produce or that does not fit its layout, dtype or limits."""
         if not kvs:
@@ -513,8 +525,6 @@ class GistReranker(GistWeights):
         """A stored blob as K/V this model can score: decoded (its fingerprint must be this model's) in
         the model's K/V dtype and checked (`check_kv`). Raises `GistRankError` (`ForeignFingerprintError`
         for another model's blob) when it cannot be used."""
-        from reranker.core import kv_codec
-
         kv = kv_codec.decode(blob, expected_fingerprint=self.fingerprint, dtype=self.kv_dtype).kv
         self.check_kv([kv])
         return kv

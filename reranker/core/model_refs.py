@@ -14,7 +14,14 @@ from reranker.core.base_models import (
     resolve_base,
     smollm2_gguf_path,
 )
-from reranker.core.checkpoints import CHECKPOINT_FILE, PRESETS, SHIPPED, resolve_checkpoint, split_spec
+from reranker.core.checkpoints import (
+    BUDGET_KIB,
+    CHECKPOINT_FILE,
+    PRESETS,
+    SHIPPED,
+    resolve_checkpoint,
+    split_spec,
+)
 from reranker.core.errors import GistRankError, one_line
 
 
@@ -59,6 +66,7 @@ def check_model_ref(ref: str | Path) -> None:
     # a checkpoint is read under its saved settings with the reference's over them; a base under the
     # defaults with them (fields a newer GistRank removed are the loader's to judge)
     fields = {key: value for key, value in saved.items() if key in GistConfig.model_fields}
+    settings.pop(BUDGET_KIB, None)  # checked by split_spec; the positions it buys need the weights' shapes
     try:
         GistConfig.model_validate(fields | settings)
     except (ValidationError, ValueError) as exc:

@@ -29,7 +29,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from reranker.core.base_models import DEFAULT_BASE, resolve_base
 from reranker.core.checkpoints import (
+    BUDGET_KIB,
     CHECKPOINT_FILE,
+    budget_kib,
     is_checkpoint,
     model_spec,
     resolve_checkpoint,
@@ -38,6 +40,7 @@ from reranker.core.checkpoints import (
 from reranker.core.compressors import compressor_for
 from reranker.core.config import GistConfig, compute_dtype_for, resolve_dtype
 from reranker.core.fusion import DEFAULT_FUSION
+from reranker.core.kv_codec import payload_nbytes, positions_within
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -58,6 +61,7 @@ _LATER_FIELDS = {
     "select_head_budget": "uniform",
     "reader_adapter_rank": 0,
     "fusion": DEFAULT_FUSION,
+    "kv_storage": None,
 }
 # what only the query reads (`ReaderAdapter`, head, score token): outside the store's fingerprint
 _READER_TENSORS = ("reader_adapter.", "head.", "score_embedding")
@@ -115,11 +119,16 @@ class GistWeights(nn.Module):
         """
         device = torch.device(device) if device is not None else _default_device()
         ref, settings = split_spec(base)
+        kib = budget_kib(ref, settings)
+        settings.pop(BUDGET_KIB, None)
         base = resolve_checkpoint(ref)
         ckpt = Path(base) / CHECKPOINT_FILE
         if not ckpt.is_file():
             config = GistConfig(**((gist or GistConfig()).model_dump() | settings))
-            return cls._wrap(base, str(base), config, device).to_compute(compute_dtype)
+            model = cls._wrap(base, str(base), config, device)
+            if kib is not None:  # untrained slots: any budget is read the same way
+                model = model.with_gist_config(GistConfig(**(config.model_dump() | model._budget_for(kib))))
+            return model.to_compute(compute_dtype)
         meta = json.loads(ckpt.read_text())
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{ckpt}: unsupported checkpoint format {meta.get('format')!r}")
@@ -138,9 +147,27 @@ class GistWeights(nn.Module):
                 f"saved as {meta['fingerprint']} — the base behind {base_ref!r} is not the one it was "
                 "trained on"
             )
+        if kib is not None:
+            settings |= model._budget_for(kib, GistConfig(**(model.gist.model_dump() | settings)))
         if settings:
             model = model._read_with(settings, ckpt)
         return model.to_compute(compute_dtype)
+
+    def _budget_for(self, kib: float, config: GistConfig | None = None) -> dict[str, int]:
+        """num_gist: the most positions after the hybrid prefix whose K/V fits `kib` KiB per item at
+        `config`'s storage (default this model's settings)."""
+        config = config or self.gist
+        fits = positions_within(kib * 1024, self.num_layers, self.num_kv_heads, self.head_dim, config.storage)
+        k = fits - config.keep_item_prefix
+        if k < 1:
+            one = payload_nbytes(
+                self.num_layers, config.keep_item_prefix + 1, self.num_kv_heads, self.head_dim, config.storage
+            )
+            raise ValueError(
+                f"{BUDGET_KIB}={kib:g} holds {fits} positions at {config.storage}; "
+                f"t={config.keep_item_prefix} raw tokens and one more need {one / 1024:.1f} KiB"
+            )
+        return {"num_gist": k}
 
     @classmethod
     def read(
@@ -151,6 +178,7 @@ class GistWeights(nn.Module):
         num_gist: int | None = None,
         max_item_tokens: int | None = None,
         device: str | None = None,
+        kv_storage: str | None = None,
     ) -> Self:
         """The model a command's `--model` names — checkpoint, preset or base (alias, folder,
         `REF?settings`) — read with the settings given over its own (None keeps the model's): the one
@@ -158,7 +186,13 @@ class GistWeights(nn.Module):
         the same settings (`model_spec`), so their K/V fingerprints agree. A base is wrapped with
         storage dtype `dtype` (`auto`: bf16 where the CPU computes it natively; None: GistConfig's
         default); a checkpoint keeps the dtype it was trained with, and naming another is an error."""
-        spec = model_spec(ref, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
+        spec = model_spec(
+            ref,
+            compressor=compressor,
+            num_gist=num_gist,
+            max_item_tokens=max_item_tokens,
+            kv_storage=kv_storage,
+        )
         if not is_checkpoint(spec):
             gist = GistConfig(**({"dtype": resolve_dtype(dtype)} if dtype else {}))
             return cls.from_pretrained(spec, gist, device=device)

@@ -22,7 +22,7 @@ def _ranking(ids: list[str], scores: torch.Tensor, top: int) -> list[str]:
 def run_core_demo(
     base: str,
     num_gist: int | None = None,
-    dtype: str = "auto",
+    dtype: str | None = None,
     top: int = 5,
     compressor: str | None = None,
     max_item_tokens: int | None = None,
@@ -36,7 +36,7 @@ def run_core_demo(
     console.print(
         f"loaded [bold]{base}[/] on {model.device} in {time.perf_counter() - start:.1f}s — "
         f"{model.num_layers} layers, {model.num_kv_heads} KV heads × {model.head_dim}, k={g.num_gist}, "
-        f"t={g.keep_item_prefix}, {g.compressor}, {g.dtype}, fingerprint {model.fingerprint}"
+        f"t={g.keep_item_prefix}, {g.compressor}, K/V stored as {g.storage}, fingerprint {model.fingerprint}"
     )
     catalog = sample_catalog()
     ids = [item["item_id"] for item in catalog]

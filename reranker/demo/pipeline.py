@@ -306,7 +306,7 @@ def run_pipeline_demo(
     model: str,
     workdir: Path,
     num_gist: int | None = None,
-    dtype: str = "auto",
+    dtype: str | None = None,
     queries: int = 3,
     max_item_tokens: int | None = None,
     shadow_model: str | None = None,
@@ -324,7 +324,7 @@ def run_pipeline_demo(
     steps("1. model: one checkpoint shared by the consumer and the server (same fingerprint)")
     served = serving_checkpoint(model, workdir, dtype, compressor, num_gist, max_item_tokens)
     g, fingerprint = served.model.gist, served.model.fingerprint
-    layout = f"{g.compressor}, k={g.num_gist}, t={g.keep_item_prefix}, {g.dtype}"
+    layout = f"{g.compressor}, k={g.num_gist}, t={g.keep_item_prefix}, K/V stored as {g.storage}"
     console.print(
         f"{model}: {layout}, fingerprint {fingerprint}, fused with first-stage scores by {g.fusion}"
     )

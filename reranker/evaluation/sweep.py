@@ -64,8 +64,9 @@ class BudgetSweep:
                 per_item = self.body.compressor.compress(self.body, [item_ids[i] for i in idx], self.layouts)
                 for i, by_layout in zip(idx, per_item, strict=True):
                     for asked, kv in by_layout.items():
-                        unit = self.readers[asked].stored_unit(kv, len(item_ids[i]), truncated[i])
-                        self.done[asked][todo[i]] = unit
+                        reader = self.readers[asked]
+                        unit = reader.stored_unit(kv, len(item_ids[i]), truncated[i])
+                        self.done[asked][todo[i]] = reader.as_stored([unit])[0]
             self.seconds += time.perf_counter() - start_s
             self.items += len(todo)
         return [self.done[layout][t] for t in texts]

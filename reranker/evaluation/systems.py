@@ -167,7 +167,7 @@ class StoredKV:
 
 
 def _own_compress(model: GistReranker, texts: list[str]) -> list[GistKV]:
-    return model.compress(texts)
+    return model.as_stored(model.compress(texts))  # what serving reads: through the store's precision
 
 
 def _key(model: GistReranker, what: str = "") -> str:

@@ -66,14 +66,15 @@ class ModelShape:
         return self.layers * (2 * weights + 4 * visible * q)
 
 
-def blob_bytes(model: GistReranker, storage_dtype: str) -> int:
-    """Bytes of one item's blob as the codec writes it, at the model's stored positions p + k, for an
-    item as long as the cap (its length is header metadata: other lengths differ by a few bytes)."""
+def blob_bytes(model: GistReranker) -> int:
+    """Bytes of one item's blob as the codec writes it, at the model's stored positions p + k and its
+    storage (`GistConfig.storage`), for an item as long as the cap (its length is header metadata: other
+    lengths differ by a few bytes)."""
     g = model.gist
     j, p = g.max_item_tokens, g.keep_item_prefix
     positions = p + model.compressor.tail_slots(g.num_gist, j, p)
     kv = torch.zeros(model.num_layers, 2, model.num_kv_heads, positions, model.head_dim)
-    return len(encode(model.stored_unit(Kept(kv), j), content_hash="0" * 64, storage_dtype=storage_dtype))
+    return len(encode(model.stored_unit(Kept(kv), j), content_hash="0" * 64, storage_dtype=g.storage))
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,6 @@ def plan(
     qps: float,
     candidates: int,
     hit_ratio: float = 1.0,
-    storage_dtype: str | None = None,
     shard_gib: float = 64.0,
     shard_fill: float = 0.75,
     query_tokens: int = 32,
@@ -141,7 +141,7 @@ def plan(
     window_hours: float = 24.0,
 ) -> Plan:
     """The plan for `items` items served at `qps` queries/s of `candidates` candidates each (module
-    docstring). `storage_dtype`: the blob's (default the model's); `shard_fill`: the share of a shard's
+    docstring), its K/V stored at the model's storage; `shard_fill`: the share of a shard's
     memory given to K/V (Redis needs headroom); `item_tokens`: mean item length that a miss recomputes
     (default the model's cap); `consumer_items_per_s`: measured compression rate of one consumer."""
     if not 0.0 <= hit_ratio <= 1.0:
@@ -151,7 +151,7 @@ def plan(
     g = model.gist
     shape = ModelShape.of(model)
     stored = g.keep_item_prefix + g.num_gist
-    blob = blob_bytes(model, storage_dtype or g.dtype)
+    blob = blob_bytes(model)
     store = items * blob
     usable = shard_gib * GIB * shard_fill
     per_candidate = query_tokens * shape.flops_per_token(stored + query_tokens)

@@ -32,6 +32,15 @@ def serve(
     max_item_tokens: Annotated[
         int | None, typer.Option(help="item tokens read, for the model and its shadow (default: their own)")
     ] = None,
+    kv_storage: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-storage",
+            "--storage-dtype",
+            help="how the store keeps the K/V (float32 | bfloat16 | float16 | int8 | int4 | int2; default "
+            "the model's own): in the store fingerprint, so give the consumer and `materialize` the same",
+        ),
+    ] = None,
     fusion: Annotated[
         str | None,
         typer.Option(
@@ -97,14 +106,19 @@ def serve(
 ) -> None:
     """Run tritonserver with the gist_reranker and full_reranker models until SIGTERM or Ctrl-C.
 
-    --compressor / --num-gist / --max-item-tokens read --model with those settings; the consumer and
-    `materialize` must be given the same ones, or their K/V carries another fingerprint."""
+    --compressor / --num-gist / --max-item-tokens / --kv-storage read --model with those settings; the
+    consumer and `materialize` must be given the same ones, or their K/V carries another fingerprint."""
     ensure_free(host, {"--http-port": http_port, "--grpc-port": grpc_port, "--metrics-port": metrics_port})
     setting = fusion and _fusion_setting(fusion, model)
     spec = model_spec(
-        model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens, fusion=setting
+        model,
+        compressor=compressor,
+        num_gist=num_gist,
+        max_item_tokens=max_item_tokens,
+        kv_storage=kv_storage,
+        fusion=setting,
     )
-    check_model(spec, "--model / --compressor / --num-gist")
+    check_model(spec, "--model / --compressor / --num-gist / --kv-storage")
     shadow = full_model and model_spec(full_model, max_item_tokens=max_item_tokens)
     if shadow:
         check_model(shadow, "--shadow-model")

@@ -39,7 +39,7 @@ class ServingModel:
 def serving_checkpoint(
     model: str,
     workdir: Path,
-    dtype: str = "auto",
+    dtype: str | None = None,
     compressor: str | None = None,
     num_gist: int | None = None,
     max_item_tokens: int | None = None,

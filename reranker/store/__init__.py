@@ -133,7 +133,8 @@ class GistRow:
     def encode(
         cls, item_id: str, kv: GistKV, content_hash: str, version: int, storage_dtype: str | None = None
     ) -> GistRow:
-        """The row for compressed `kv`: the one place (consumer, backfill, serving write-back) where K/V
+        """The row for compressed `kv`, its K/V stored as `storage_dtype` (the writing model's
+        `GistConfig.storage`; None: the K/V's own dtype): the one place (consumer, backfill) where K/V
         becomes stored bytes, so the columns always describe the blob."""
         from reranker.core import kv_codec  # torch, only for callers that hold K/V anyway
 

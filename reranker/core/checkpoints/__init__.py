@@ -9,6 +9,7 @@ base weights, so a different base behind the alias is refused at load.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qsl, urlencode
@@ -52,6 +53,10 @@ PRESETS = {
 }
 
 
+# a model reference's budget in bytes (`?kib=360&kv_storage=int4`): not a GistConfig field — the loader
+# turns it into the most positions (num_gist) whose K/V fits that many KiB at the reference's storage
+BUDGET_KIB = "kib"
+
 # GistConfig settings a model reference may override: how a model reads items and queries, not what it
 # learned (score_rule=query_likelihood reads any LM zero-shot: log p(query | item) under its own head)
 SPEC_SETTINGS = (
@@ -66,6 +71,8 @@ SPEC_SETTINGS = (
     "select_head_budget",
     "score_rule",
     "query_template",
+    "kv_storage",  # how the store keeps the K/V: float32 | bfloat16 | float16 | int8 | int4 | int2
+    BUDGET_KIB,  # the budget in bytes: KiB per item, turned into num_gist for the storage at load
     "fusion",  # how serving fuses the reranker's scores with a request's first-stage scores
 )
 
@@ -79,7 +86,9 @@ def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
     if ref in PRESETS:
         preset = PRESETS[ref]
         own = _settings(spec, query)
-        return preset.base, _read_by_its_compressor(spec, own, preset.settings | own)
+        # a budget in bytes replaces the preset's budget in positions
+        inherited = {n: v for n, v in preset.settings.items() if not (BUDGET_KIB in own and n == "num_gist")}
+        return preset.base, _read_by_its_compressor(spec, own, inherited | own)
     if "?" not in str(spec):  # command-line options may hand the reference over as a Path
         return spec, {}
     own = _settings(spec, query)
@@ -97,7 +106,25 @@ def _settings(spec: str | Path, query: str) -> dict[str, str]:
         raise ValueError(
             f"{spec}: unknown settings {unknown}; a model reference may set {list(SPEC_SETTINGS)}"
         )
+    if BUDGET_KIB in settings:
+        budget_kib(spec, settings)
     return settings
+
+
+def budget_kib(spec: str | Path, settings: dict[str, str]) -> float | None:
+    """The reference's budget in KiB per item (None: none given), refused unless a positive number
+    given instead of num_gist (two budgets would contradict each other)."""
+    if BUDGET_KIB not in settings:
+        return None
+    if "num_gist" in settings:
+        raise ValueError(f"{spec}: sets both num_gist and {BUDGET_KIB}; give the budget one way")
+    try:
+        kib = float(settings[BUDGET_KIB])
+    except ValueError:
+        kib = math.nan
+    if not (math.isfinite(kib) and kib > 0):
+        raise ValueError(f"{spec}: {BUDGET_KIB}={settings[BUDGET_KIB]!r} is not a positive number of KiB")
+    return kib
 
 
 def _read_by_its_compressor(

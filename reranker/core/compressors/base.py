@@ -96,14 +96,15 @@ class Compressor(ABC):
 
     def check_layouts(self, model: GistReranker, layouts: Sequence[GistConfig]) -> list[GistConfig]:
         """`layouts` deduplicated; refused when empty, or when one differs from the model's settings in
-        anything but this compressor's `sweepable` ones (trained slots: in anything)."""
+        anything but this compressor's `sweepable` ones (trained slots: in anything) and `kv_storage`
+        (how the store keeps the columns, never what they are: every compressor's pass serves any)."""
         out = list(dict.fromkeys(layouts))
         if not out:
             raise ValueError("no layout to compress")
         own = model.gist.model_dump()
         for asked in out:
             for name, value in asked.model_dump().items():
-                if value != own[name] and name not in self.sweepable:
+                if value != own[name] and name not in (*self.sweepable, "kv_storage"):
                     lead = (
                         "trained gists have one layout"
                         if self.learned
