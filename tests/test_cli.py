@@ -55,6 +55,9 @@ def test_bench_writes_a_row_per_item_length(tiny_base: Path, tmp_path: Path, com
         assert abs(r["mean_item_tokens"] - r["item_tokens"]) <= 2
         assert r["ideal_speedup"] == (r["mean_item_tokens"] + r["online_tokens"]) / r["online_tokens"]
         assert r["speedup"] == r["online_candidates_per_s"] / r["full_candidates_per_s"]
+        # a store hit per storage precision, decode included, in the same run
+        assert list(r["stored_ms_per_candidate"]) == ["bfloat16", "int8", "int4", "int2"]
+        assert all(ms > 0 for ms in r["stored_ms_per_candidate"].values())
 
 
 def test_train_and_eval_commands(tiny_base: Path, tmp_path: Path) -> None:

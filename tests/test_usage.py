@@ -52,6 +52,12 @@ BAD = [  # (arguments, what the error line must say)
     (["eval", "--teacher", "t", "--student", "s", "--data", "{labels}"], "label 1000000 is above 100"),
     (["train", "--out", "run", "--data", "{labels}"], "label 1000000 is above 100"),
     (["plan", "--items", "9", "--qps", "1", "--candidates", "5", "--storage-dtype", "int3"], "'int3'"),
+    # issue 52: the storage and a budget in bytes are model settings, checked like the others
+    (["serve", "--kv-storage", "int3"], "'int3'"),
+    (["consume", "--model", f"{MODEL}?kv_storage=int3"], "kv_storage: Input should be"),
+    ([*["plan", *PLAN], "--model", f"{MODEL}?kib=abc"], "kib='abc' is not a positive number of KiB"),
+    ([*["plan", *PLAN], "--model", f"{MODEL}?kib=360&num_gist=8"], "sets both num_gist and kib"),
+    ([*["plan", *PLAN], "--model", f"{MODEL}?kib=1"], "kib=1 holds 0 positions"),
     # issue 51, gc and ports: a fingerprint that names no view (here: no store at all) keeps nothing;
     # every port option is 1-65535 (0 = a free port where the help says so)
     (["rollout", "gc", "--fingerprint", "deadbeef"], "no view of deadbeef: no Feast store"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reranker.core.fusion import DEFAULT_FUSION, canonical_fusion
 
@@ -152,6 +152,14 @@ class GistConfig(BaseModel):
         "(core/fusion.py): 'linear:W' = W · minmax(reranker) + (1 − W) · minmax(first stage) per request, "
         "'rrf:W[:K]' = weighted reciprocal-rank fusion, 'none' = the reranker's scores as they are",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storage_as_dtype_is_the_default(cls, data: object) -> object:
+        """kv_storage equal to the dtype is what None means: one setting, one fingerprint."""
+        if isinstance(data, dict) and data.get("kv_storage") == data.get("dtype", "float32"):
+            return {**data, "kv_storage": None}
+        return data
 
     @field_validator("fusion")
     @classmethod
