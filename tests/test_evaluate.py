@@ -663,6 +663,35 @@ def test_a_prefix_student_is_not_its_own_control(tiny_base: Path, tmp_path: Path
     assert "prefix k=2" in alone.systems and controls(alone) == {}
 
 
+@pytest.mark.lowbit
+def test_a_student_stored_at_int4_is_scored_as_the_store_returns_it(tiny_base: Path, tmp_path: Path) -> None:
+    """Prefix caching stored at 4 bits, and at 2 bits in the same pass: each scored over its decoded
+    units (not the exact K/V), its bytes counted at its storage, its controls at the same storage."""
+    data = tiny_relevance_set()
+    base = GistReranker.from_pretrained(
+        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    )
+    path = base.save_pretrained(tmp_path / "base")
+    specs = [f"{path}?compressor=prefix&num_gist=8&kv_storage={s}" for s in ("int4", "int2")]
+    exact = f"{path}?compressor=prefix&num_gist=8"
+    result = evaluate(data, exact, specs, tmp_path / "eval", device="cpu", prefix_ks=(4,))
+    assert {"prefix k=8 int4", "prefix k=8 int2", "prefix 4 · prefix k=8 int4"} <= set(result.systems)
+    dims = (base.num_layers, base.num_kv_heads, base.head_dim)
+    for storage in ("int4", "int2"):
+        costs = result.costs[f"prefix k=8 {storage}"]
+        assert costs["bytes_stored"] == payload_nbytes(dims[0], 8, *dims[1:], storage)  # items longer than 8
+    # what the int4 system scores is the decoded units, not the exact K/V
+    query = data.queries[0]
+    ids = [i for i, _ in data.candidates(query.query_id)]
+    texts = {i: data.items[i].text for i in ids}
+    system = student_systems([specs[0]], texts, prefix_ks=())["prefix k=8 int4"]
+    int4 = GistReranker.from_pretrained(specs[0], device="cpu")
+    units = int4.compress([texts[i] for i in ids])
+    scored = torch.tensor(system.score(query.text, ids))
+    torch.testing.assert_close(scored, int4.score(query.text, int4.as_stored(units)))
+    assert not torch.allclose(scored, int4.score(query.text, units))
+
+
 def test_untrained_pooled_gists_are_their_own_control(tiny_base: Path, tmp_path: Path) -> None:
     """A base read with `compressor=gist&gist_pool_windows=true` (no training) is named for its windows
     and has prefix controls but no untrained-gists control (it would be itself); once its gists move

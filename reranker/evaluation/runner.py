@@ -324,7 +324,8 @@ def _costs(
     for a compressed system the offline compression ms per item (a pass shared by several budgets
     counted for each: what any one of them would cost alone), for a trained student its training wall
     time, and the K/V positions it stores per item
-    and their bytes in bf16 and int8 (`kv_codec.payload_nbytes`, means over the items it compressed);
+    and their bytes as it stores them, in bf16 and in int8 (`kv_codec.payload_nbytes`, means over the
+    items it compressed);
     from the cache where this run measured nothing."""
     out: dict[str, dict[str, float]] = {}
     for name in systems:
@@ -343,7 +344,8 @@ def _costs(
             layers, heads, dim = system.kv_dims
             positions = list(system.stored.values())
             costs["positions"] = sum(positions) / len(positions)
-            for dtype, key in (("bfloat16", "bytes_bf16"), ("int8", "bytes_int8")):
+            stores = [(system.storage, "bytes_stored")] if system.storage else []
+            for dtype, key in (*stores, ("bfloat16", "bytes_bf16"), ("int8", "bytes_int8")):
                 costs[key] = sum(payload_nbytes(layers, p, heads, dim, dtype) for p in positions) / len(
                     positions
                 )

@@ -71,6 +71,7 @@ class System:
     compress_cost: Callable[[], tuple[float, int]] | None = None
     training_seconds: float | None = None  # the wall time of the run that trained it (none: untrained)
     served_as: str | None = None  # the model reference `gistrank serve` loads for it (a student's own path)
+    storage: str | None = None  # how its store keeps the K/V (GistConfig.storage): the bytes it costs
 
 
 def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
@@ -84,6 +85,7 @@ def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) ->
         "per-head" if gist.select_head_budget == "adaptive" and "select_head_budget" in settings else "",
         f"t={gist.keep_item_prefix}" if gist.keep_item_prefix else "",
         f"k={gist.num_gist}" if with_k else "",
+        gist.kv_storage or "",  # stored at another precision than its dtype: another system
     ]
     return " ".join(p for p in parts if p)
 
@@ -151,6 +153,7 @@ class StoredKV:
         key: str,
         kv_dims: tuple[int, int, int],
         training_seconds: float | None = None,
+        storage: str | None = None,
     ) -> System:
         """The system the runner scores: these methods, and `stored` filled as they compress."""
         return System(
@@ -163,6 +166,7 @@ class StoredKV:
             self.forget,
             self._cost,
             training_seconds,
+            storage=storage,
         )
 
 
@@ -251,7 +255,7 @@ def _gist_systems(
             shared.cost,
         )
     facts = SystemFacts(name(with_k=False), t + k)
-    systems = {main: own.system(facts, _key(student, "own "), dims, trained_s)}
+    systems = {main: own.system(facts, _key(student, "own "), dims, trained_s, student.gist.storage)}
     readers = [(student, "")] + ([(base, " · untouched base")] if base is not None else [])
     for reader, tag in readers:
         # selection and prefix have no gists to leave untrained; untrained gists are their own control
@@ -261,6 +265,7 @@ def _gist_systems(
                 SystemFacts(name("untrained gists", with_k=False) + tag, t + k, main),
                 _key(reader, "untrained gists of "),
                 dims,
+                storage=reader.gist.storage,
             )
         # a prefix student's own budget, read by its own body, is the student itself
         own = () if not tag and prefix_config(reader.gist, t + k) == student.gist else (k,)
@@ -284,7 +289,10 @@ def _gist_systems(
                 prefixes.cost,
             )
             systems[f"prefix {budget} · {main}{tag}"] = control.system(
-                SystemFacts(family, budget, main), _key(prefixes.reader(at), "prefix "), dims
+                SystemFacts(family, budget, main),
+                _key(prefixes.reader(at), "prefix "),
+                dims,
+                storage=at.storage,
             )
     return systems
 
