@@ -20,6 +20,7 @@ from reranker.core.kv import GistKV
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.serving.status import Status
 from reranker.store import GistRow
+from streaming.materialize import compress_rows
 
 
 def row_for(model, catalog: Catalog, item_id: str, kv: GistKV | None = None) -> GistRow:
@@ -160,6 +161,22 @@ def test_a_low_bit_feast_row_is_served_as_its_decoded_kv(
     served = lookup.fetch(["item-3"])["item-3"]
     assert served.status is Status.FEAST
     assert torch.equal(served.kv.kv, kv_codec.decode(row.kv).kv.kv) and not torch.equal(served.kv.kv, kv.kv)
+    lookup.refresh.close()
+
+
+@pytest.mark.lowbit
+def test_a_miss_serves_what_its_row_will_hold(tiny_model, catalog, tmp_path) -> None:
+    """A model stored at 4 bits: an item recomputed on a miss is scored from the same dequantized K/V
+    that the consumer's row for it decodes to, so a hit and a miss rank it alike."""
+    int4 = tiny_model.with_gist_config(tiny_model.gist.model_copy(update={"kv_storage": "int4"}))
+    store = CountingStore(tmp_path / "feast", fingerprint=int4.fingerprint)
+    store.apply()
+    lookup, _ = make_lookup(int4, catalog, store)
+    missed = lookup.fetch(["item-3"])["item-3"]
+    assert missed.status is Status.RECOMPUTE
+    item = catalog.get(["item-3"])["item-3"]
+    [row] = compress_rows(int4, [("item-3", item.fields(), item.version)])
+    assert torch.equal(missed.kv.kv, kv_codec.decode(row.kv).kv.kv)
     lookup.refresh.close()
 
 

@@ -327,7 +327,10 @@ class KVLookup:
         if not texts:
             return []
         try:
-            kvs: list[GistKV | None] = list(self.model.compress(texts, batch_size=self.compress_batch))
+            # through the store's precision: a recomputed item scores as its stored row will
+            kvs: list[GistKV | None] = list(
+                self.model.as_stored(self.model.compress(texts, batch_size=self.compress_batch))
+            )
         except GistRankError:
             # One unusable text fails the whole batch: retry one by one so that only it goes unanswered.
             kvs = [self._compress_one(text) for text in texts]
@@ -336,7 +339,7 @@ class KVLookup:
 
     def _compress_one(self, text: str) -> GistKV | None:
         try:
-            return self.model.compress([text])[0]
+            return self.model.as_stored(self.model.compress([text]))[0]
         except GistRankError as e:
             logger.warning("cannot compress item text: %s", e)
             return None

@@ -98,12 +98,13 @@ class Example(NamedTuple):
 
 
 class StoredUnits(ItemKVCache):
-    """The store's unit of each item, as its compressor writes it (what serving reads), computed once."""
+    """The store's unit of each item as serving reads it — compressed, then through the store's precision
+    (`GistReranker.as_stored`) — computed once."""
 
     desc = "stored units"
 
     def units(self, texts: list[str], batch_size: int = 8) -> list[GistKV]:
-        return self.reader.compress(texts, batch_size)
+        return self.reader.as_stored(self.reader.compress(texts, batch_size))
 
 
 def judged_lists(data: RelevanceSet) -> list[Example]:
