@@ -132,8 +132,9 @@ class GistConfig(BaseModel):
     max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
     dtype: DType = Field(
         "float32",
-        description="storage dtype: of the stored K/V and of the weights' fingerprint; the compute dtype "
-        "is chosen per machine at load (compute_dtype_for)",
+        description="the weights' dtype as saved and fingerprinted, and the K/V's as compressed (stored so "
+        "unless kv_storage says otherwise); the compute dtype is chosen per machine at load "
+        "(compute_dtype_for)",
     )
     kv_storage: KVStorage | None = Field(
         None,

@@ -12,6 +12,8 @@ per machine at load (`compute_dtype="auto"`: the storage dtype where this machin
 fp32 where it would be emulated — `config.compute_dtype_for`), because emulated bf16 matmuls run ~30×
 slower than fp32 on an AVX2-only CPU. The fingerprint is taken in the storage dtype before the cast,
 so a checkpoint has one fingerprint on every machine, and K/V compressed anywhere is valid everywhere.
+How the store keeps that K/V (`GistConfig.kv_storage`: bf16, or int8 / int4 / int2 codes) is a third
+setting, of the stored unit, in the store fingerprint: never chosen by the machine.
 """
 
 from __future__ import annotations

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Quality per byte: the default reader over prefix caching of 16–512 positions stored at float32,
+# bfloat16, int8, int4 and int2, against the whole-article reader, on the AP89 dev lists (judged:20 and
+# BM25's top 20, the 47 dev topics with judgments) and on the synthetic catalog's first 40 dev queries.
+# Needs the AP89 build (../shared/data/trec-ap89/README.md) in data/trec-ap89. ~55 min on 2 cores for
+# AP89 (one whole-item compression per article, ~1.4 s each in float32), ~15 min for the synthetic set.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+P=.venv/bin/python
+HERE=reports/quality/bytes
+[ -d data/ap89-judged-20 ] || scripts/ap89_import.sh judged:20 data/ap89-judged-20
+[ -d data/ap89-bm25-20 ] || scripts/ap89_import.sh bm25:20 data/ap89-bm25-20
+[ -d data/synthetic-200 ] || $P -c "from reranker.data.data_synth import generate; \
+generate(0, 200, queries_per_product=4, length_tokens=(100, 1024)).save_jsonl('data/synthetic-200')"
+[ -f runs/bytes/ap89.json ] || $P $HERE/evaluate.py --data judged-20=data/ap89-judged-20 \
+  --data bm25-20=data/ap89-bm25-20 --out runs/bytes/ap89.json
+[ -f runs/bytes/synthetic.json ] || $P $HERE/evaluate.py --data synthetic=data/synthetic-200 \
+  --max-queries 40 --out runs/bytes/synthetic.json
+$P $HERE/table.py runs/bytes/ap89.json --plot $HERE/ap89.png > $HERE/ap89.md
+$P $HERE/table.py runs/bytes/synthetic.json --plot $HERE/synthetic.png > $HERE/synthetic.md
