@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from reranker import GistConfig, GistReranker
-from reranker.core.checkpoints import DEFAULT_MODEL, split_spec
+from reranker.core.checkpoints import DEFAULT_MODEL, PREFIX64_MODEL, split_spec
 from reranker.core.fusion import Fusion, interpolate, reciprocal_rank_fusion, served_fusion
 from reranker.core.model_refs import ModelReferenceError, check_model_ref
 from reranker.serving.cli import _fusion_setting
@@ -99,7 +99,9 @@ def test_fusion_is_a_reading_setting_in_the_reader_fingerprint_only(tiny_base: P
     check_model_ref(f"{tiny_base}?fusion=linear:0.3")
     with pytest.raises(ModelReferenceError, match="within"):
         check_model_ref(f"{tiny_base}?fusion=linear:3")
-    assert split_spec(DEFAULT_MODEL)[1]["fusion"] == "linear:0.4"  # fitted on AP89 dev, BM25's top 20
+    # fitted on AP89 dev, BM25's top 20: for the default no weight adds to BM25 (reports/quality/bytes/)
+    assert split_spec(DEFAULT_MODEL)[1]["fusion"] == "linear:0.0"
+    assert split_spec(PREFIX64_MODEL)[1]["fusion"] == "linear:0.4"
 
 
 def test_rank_and_predict_fuse_as_served(tiny_model: GistReranker) -> None:

@@ -199,9 +199,12 @@ def test_read_puts_a_commands_settings_over_the_models_own(tiny_base: Path, tmp_
 
     base, preset = split_spec(DEFAULT_MODEL)
     assert base == "smollm2-135m-instruct"
-    assert {k: preset[k] for k in ("compressor", "num_gist", "max_item_tokens", "score_rule")} == {
+    assert {
+        k: preset[k] for k in ("compressor", "num_gist", "kv_storage", "max_item_tokens", "score_rule")
+    } == {
         "compressor": "prefix",
-        "num_gist": "64",
+        "num_gist": "128",
+        "kv_storage": "int4",
         "max_item_tokens": "1024",
         "score_rule": "query_likelihood",
     }

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from reranker import GistReranker
-from reranker.core.checkpoints import DEFAULT_MODEL
+from reranker.core.checkpoints import PREFIX64_MODEL
 from reranker.core.fusion import interpolate
 from reranker.data.relevance_data import RelevanceSet
 from reranker.evaluation.baselines import bm25_scores
@@ -34,7 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="a relevance set folder (its dev split is read)")
     parser.add_argument("--reader", required=True, help="the trained reader's checkpoint")
-    parser.add_argument("--store", default=DEFAULT_MODEL, help="the store (and the default reader)")
+    parser.add_argument("--store", default=PREFIX64_MODEL, help="the store (and the default reader)")
     parser.add_argument("--whole-article", help="results.json of an eval whose teacher read whole articles")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()

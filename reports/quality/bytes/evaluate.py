@@ -1,9 +1,10 @@
-"""Quality per byte: the default reader over prefix caching of 16 to 512 positions, each stored at
+"""Quality per byte: the untouched reader over prefix caching of 16 to 512 positions, each stored at
 float32 / bfloat16 / int8 / int4 / int2, against the whole-article reader — on the dev lists of one or
-more relevance sets. Writes every system's per-candidate scores to `--out` (the table: `table.py`).
+more relevance sets (the reader: `gistrank-base-ql-prefix64`'s, SmolLM2-135M by query likelihood).
+Writes every system's per-candidate scores to `--out` (the table: `table.py`).
 
 Each candidate is compressed once, its whole item (up to the default's 1,024-token cap) as prefix
-caching of 1,024 positions: read back by the default reader that is the whole-article reader (the
+caching of 1,024 positions: read back by that reader it is the whole-article reader (the
 equivalence test: prefix caching of the whole item reads as the full forward), and its first T columns
 are prefix caching of T positions (a causal body's first T keys and values do not depend on later
 tokens; checked below against compressing at T). Each (T, storage) unit then goes through the codec
@@ -25,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from reranker import GistReranker
-from reranker.core.checkpoints import DEFAULT_MODEL
+from reranker.core.checkpoints import PREFIX64_MODEL
 from reranker.core.config import GistConfig
 from reranker.core.kv import GistKV, Kept
 from reranker.core.kv_codec import decode, encode, payload_nbytes
@@ -81,12 +82,12 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(2)
-    store = GistReranker.read(DEFAULT_MODEL, device="cpu")
+    store = GistReranker.read(PREFIX64_MODEL, device="cpu")
     whole = store.with_gist_config(prefix_config(store.gist, WHOLE))
     by_setting = readers(store)
     dims = (store.num_layers, store.num_kv_heads, store.head_dim)
     out: dict[str, object] = {
-        "model": DEFAULT_MODEL,
+        "model": PREFIX64_MODEL,
         "compute_dtype": str(store.dtype).removeprefix("torch."),
         "kib": {
             n: payload_nbytes(dims[0], p, dims[1], dims[2], s) / 1024

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Quality per byte: the default reader over prefix caching of 16–512 positions stored at float32,
 # bfloat16, int8, int4 and int2, against the whole-article reader, on the AP89 dev lists (judged:20 and
-# BM25's top 20, the 47 dev topics with judgments) and on the synthetic catalog's first 40 dev queries.
+# BM25's top 20, the 47 dev topics with judgments) and on the synthetic catalog's first 16 dev queries.
 # Needs the AP89 build (../shared/data/trec-ap89/README.md) in data/trec-ap89. ~55 min on 2 cores for
-# AP89 (one whole-item compression per article, ~1.4 s each in float32), ~15 min for the synthetic set.
+# AP89 (one whole-item compression per article, ~1.4 s each in float32), ~15 min for the synthetic set (24 candidates of 100–1,024 tokens a query).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 P=.venv/bin/python
@@ -15,6 +15,6 @@ generate(0, 200, queries_per_product=4, length_tokens=(100, 1024)).save_jsonl('d
 [ -f runs/bytes/ap89.json ] || $P $HERE/evaluate.py --data judged-20=data/ap89-judged-20 \
   --data bm25-20=data/ap89-bm25-20 --out runs/bytes/ap89.json
 [ -f runs/bytes/synthetic.json ] || $P $HERE/evaluate.py --data synthetic=data/synthetic-200 \
-  --max-queries 40 --out runs/bytes/synthetic.json
+  --max-queries 16 --out runs/bytes/synthetic.json
 $P $HERE/table.py runs/bytes/ap89.json --plot $HERE/ap89.png > $HERE/ap89.md
 $P $HERE/table.py runs/bytes/synthetic.json --plot $HERE/synthetic.png > $HERE/synthetic.md

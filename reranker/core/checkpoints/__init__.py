@@ -26,8 +26,12 @@ SHIPPED = {
 
 # The default of `demo`, `serve`, `consume`, `materialize` and `plan`, chosen from the AP89 and synthetic
 # tables (reports/quality.md): the untouched base scoring log p(query | item), its stored unit the K/V of
-# the item's first 64 tokens, items read up to 1024 tokens by the full-context shadow and recompute.
-DEFAULT_MODEL = "gistrank-base-ql-prefix64"
+# the item's first 128 tokens kept as 4-bit codes (900 KiB per item: the fewest bytes whose quality on the
+# judged AP89 dev lists is not below prefix caching of 64 tokens in bf16, reports/quality/bytes/), items
+# read up to 1024 tokens by the full-context shadow and recompute.
+DEFAULT_MODEL = "gistrank-base-ql-prefix128-int4"
+# the default before the storage was chosen by bytes (64 tokens, float32 K/V): its stores and reports
+PREFIX64_MODEL = "gistrank-base-ql-prefix64"
 
 
 class Preset(NamedTuple):
@@ -37,17 +41,29 @@ class Preset(NamedTuple):
     settings: dict[str, str]
 
 
+_QUERY_LIKELIHOOD = {"score_rule": "query_likelihood", "query_template": "\nQuery: {query}"}
 PRESETS = {
     DEFAULT_MODEL: Preset(
         base="smollm2-135m-instruct",
-        settings={
-            "score_rule": "query_likelihood",
-            "query_template": "\nQuery: {query}",
+        settings=_QUERY_LIKELIHOOD
+        | {
             "compressor": "prefix",  # stored unit: the K/V of the item's first num_gist tokens
-            "num_gist": "64",  # the budget k: stored positions per item
+            "num_gist": "128",  # the budget k: stored positions per item
+            "kv_storage": "int4",  # kept as 4-bit codes, keys per channel, values per position
             "max_item_tokens": "1024",  # how far the shadow and a miss's recompute read
-            # fitted on AP89 dev, BM25's top 20 (reports/quality/fusion.md)
-            "fusion": "linear:0.4",
+            # fitted on AP89 dev, BM25's top 20 (reports/quality/bytes/): no weight of this reader adds to
+            # BM25 there, so a request's first-stage order is served as it came
+            "fusion": "linear:0.0",
+        },
+    ),
+    PREFIX64_MODEL: Preset(
+        base="smollm2-135m-instruct",
+        settings=_QUERY_LIKELIHOOD
+        | {
+            "compressor": "prefix",
+            "num_gist": "64",
+            "max_item_tokens": "1024",
+            "fusion": "linear:0.4",  # fitted on AP89 dev, BM25's top 20 (reports/quality/fusion.md)
         },
     ),
 }
