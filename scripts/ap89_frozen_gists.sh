@@ -28,7 +28,7 @@ CONFIG=${CONFIG:-configs/frozen_gists/ap89.json}  # further FrozenGistConfig fie
 CACHE_DIR=${CACHE_DIR-$OUT/item-kv}  # empty: the item K/V stays in memory (MEMORY_ITEMS units)
 MEMORY_ITEMS=${MEMORY_ITEMS:-256}
 POOL_WINDOWS=${POOL_WINDOWS:-}  # non-empty: each gist reads only its own span of the item (GistPool)
-READER=${READER:-gistrank-base-ql-prefix64}  # default: the default model, whose reader is the untouched base; or gistrank-teacher-lora (head rule)
+READER=${READER:-gistrank-base-ql-prefix64}  # default: the former default model, whose reader is the untouched base; or gistrank-teacher-lora (head rule)
 RUN=$OUT/gists-frozen-k$K${POOL_WINDOWS:+-pool}-q$TRAIN_QUERIES${HOLDOUT_QUERIES:+-h$HOLDOUT_QUERIES}-s$STEPS${MINUTES:+-m$MINUTES}-$DEVICE
 
 set_for() { echo "data/ap89-${1/:/-}"; }

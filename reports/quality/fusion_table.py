@@ -52,7 +52,7 @@ def main() -> None:
         "fused − alone",
     ]
     header = "| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|"
-    print("gistrank-base-ql-prefix64 (the default; serves linear:0.4)\n")
+    print("gistrank-base-ql-prefix64 (the former default; serves linear:0.4)\n")
     print(header)
     for name, lists in LISTS.items():
         saved = json.loads((HERE / "ap89-reader" / f"{name}.json").read_text())

@@ -1,6 +1,6 @@
 """`gistrank train-reader`: a reader trained for the store it reads.
 
-The store is fixed — any model reference with its stored-unit settings (the default: the base's first 64
+The store is fixed — any model reference with its stored-unit settings (the default: the base's first 128
 item tokens) — and so is every unit in it. Only parameters that act at query rows are trained: the reader
 adapter (`core/reader_adapter.py`) and, under the head rule, the score token and head. So
 
