@@ -188,7 +188,7 @@ def test_pipeline_demo_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, args, env={"COLUMNS": "200"})  # table cells unwrapped
     assert result.exit_code == 0, result.output
     out = result.output
-    assert ": gist, k=4, t=0, float32, fingerprint" in out
+    assert ": gist, k=4, t=0, K/V stored as float32, fingerprint" in out
     assert "16/16 items have stored K/V in Feast" in out
     assert out.count("query: ") == 2
     assert "→ version" in out and "(feast)" in out.split("→ version")[1]
@@ -282,10 +282,10 @@ def test_a_misspelled_model_name_is_one_line_naming_the_known_ones_and_no_servic
     result = runner.invoke(app, ["consume", "--model", "gistrank-bse-ql"], env=env)
     assert result.exit_code == 2, result.output
     assert "'gistrank-bse-ql' is not a known name or a local folder" in result.output
-    assert "gistrank-base-ql-prefix64" in result.output and "Kafka" not in result.output
+    assert "gistrank-base-ql-prefix128-int4" in result.output and "Kafka" not in result.output
     assert "Traceback" not in result.output
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(BaseModelUnavailableError, match="known: gistrank-base-ql-prefix64"):
+    with pytest.raises(BaseModelUnavailableError, match="known: gistrank-base-ql-prefix128-int4"):
         resolve_base("org/some-hub-model")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # a user who can reach the Hub lets its ids through
     assert resolve_base("org/some-hub-model") == "org/some-hub-model"

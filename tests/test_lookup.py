@@ -290,6 +290,7 @@ def test_one_uncompressible_item_does_not_fail_the_others(tiny_model, catalog) -
         fingerprint = tiny_model.fingerprint
         dtype = tiny_model.dtype
         read_kv = tiny_model.read_kv
+        as_stored = tiny_model.as_stored
 
         def compress(self, items, batch_size=16):
             if any("kettle" in text for text in items):
