@@ -14,7 +14,7 @@ Q=reports/quality
 scripts/ap89_import.sh judged:20+bm25:20 data/ap89-judged-20-bm25-20
 scripts/ap89_import.sh bm25:20 data/ap89-bm25-20
 scripts/ap89_import.sh judged:20 data/ap89-judged-20
-[ -d $R/labels/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective labels \
+[ -d $R/labels/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 --objective labels \
   --steps 100000 --minutes 20 --device cpu --cache-dir $R/units --out $R/labels --config $Q/ap89-reader/train.json
 # the whole-article zero-shot reader's per-topic nDCG@10 comes from earlier evaluations of the same lists
 .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-bm25-20 --reader $R/labels/checkpoint \
@@ -22,13 +22,13 @@ scripts/ap89_import.sh judged:20 data/ap89-judged-20
 .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-judged-20 --reader $R/labels/checkpoint \
   --whole-article $Q/ap89-judged-20-dev-47-hybrid-t48-k16-es-seed1/results.json --out $Q/ap89-reader/judged-20.json
 # the same recipe, seed 1, 12 minutes (the units read back from --cache-dir), read on BM25's top 20
-[ -d $R/labels-seed1/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective labels \
+[ -d $R/labels-seed1/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 --objective labels \
   --steps 100000 --minutes 12 --device cpu --cache-dir $R/units --out $R/labels-seed1 --seed 1 \
   --config $Q/ap89-reader/train.json
 .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-bm25-20 --reader $R/labels-seed1/checkpoint \
   --out $Q/ap89-reader/bm25-20-seed1.json
 # label-free: sentence pseudo-queries past the stored prefix, no judgment in the steps (15 min cap)
-[ -d $R/pseudo-sentence/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective labels \
+[ -d $R/pseudo-sentence/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 --objective labels \
   --no-judged --pseudo-lists 400 --pseudo-query sentence --steps 100000 --minutes 15 --device cpu \
   --cache-dir $R/units --out $R/pseudo-sentence --config $Q/ap89-reader/train.json
 for lists in bm25-20 judged-20; do
@@ -36,7 +36,7 @@ for lists in bm25-20 judged-20; do
     --out $Q/ap89-reader/$lists-pseudo-sentence.json
 done
 # combined: the labelled lists and the same pseudo-lists in one run
-[ -d $R/labels-pseudo-sentence/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 \
+[ -d $R/labels-pseudo-sentence/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 \
   --objective labels --pseudo-lists 400 --pseudo-query sentence --steps 100000 --minutes 15 --device cpu \
   --cache-dir $R/units --out $R/labels-pseudo-sentence --config $Q/ap89-reader/train.json
 for lists in bm25-20 judged-20; do
@@ -45,14 +45,14 @@ for lists in bm25-20 judged-20; do
 done
 # distillation: KL to the whole-article zero-shot reader's scores (its targets computed once per pair and
 # kept in --cache-dir: ~60 CPU-minutes of 1,024-token forwards, read back by any later run)
-[ -d $R/distill/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective distill \
+[ -d $R/distill/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 --objective distill \
   --steps 100000 --minutes 15 --device cpu --cache-dir $R/units --out $R/distill --config $Q/ap89-reader/train.json
 for lists in bm25-20 judged-20; do
   .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/distill/checkpoint \
     --out $Q/ap89-reader/$lists-distill.json
 done
 # labels + distillation: the same lists, both losses; the targets read back from --cache-dir
-[ -d $R/labels-distill/checkpoint ] || $G train-reader --data data/ap89-judged-20-bm25-20 --objective both \
+[ -d $R/labels-distill/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 --objective both \
   --steps 100000 --minutes 15 --device cpu --cache-dir $R/units --out $R/labels-distill --config $Q/ap89-reader/train.json
 for lists in bm25-20 judged-20; do
   .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/labels-distill/checkpoint \
@@ -61,7 +61,7 @@ done
 # the synthetic catalog: train-reader's `--data synthetic` set saved to a folder, labels only, read on its dev split
 [ -d data/synthetic-200 ] || .venv/bin/python -c "from reranker.data.data_synth import generate; \
 generate(0, 200, queries_per_product=4, length_tokens=(100, 1024)).save_jsonl('data/synthetic-200')"
-[ -d runs/synthetic-reader/checkpoint ] || $G train-reader --data data/synthetic-200 --objective labels \
+[ -d runs/synthetic-reader/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/synthetic-200 --objective labels \
   --steps 100000 --minutes 8 --device cpu --out runs/synthetic-reader --config $Q/ap89-reader/train.json
 .venv/bin/python $Q/ap89-reader/evaluate.py --data data/synthetic-200 --reader runs/synthetic-reader/checkpoint \
   --out $Q/ap89-reader/synthetic-dev.json
