@@ -158,7 +158,9 @@ class GistConfig(BaseModel):
     @classmethod
     def _storage_as_dtype_is_the_default(cls, data: object) -> object:
         """kv_storage equal to the dtype is what None means: one setting, one fingerprint."""
-        if isinstance(data, dict) and data.get("kv_storage") == data.get("dtype", "float32"):
+        if isinstance(data, dict) and data.get("kv_storage") == data.get(
+            "dtype", cls.model_fields["dtype"].default
+        ):
             return {**data, "kv_storage": None}
         return data
 
