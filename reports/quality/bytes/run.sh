@@ -18,3 +18,9 @@ generate(0, 200, queries_per_product=4, length_tokens=(100, 1024)).save_jsonl('d
   --max-queries 16 --out runs/bytes/synthetic.json
 $P $HERE/table.py runs/bytes/ap89.json --plot $HERE/ap89.png > $HERE/ap89.md
 $P $HERE/table.py runs/bytes/synthetic.json --plot $HERE/synthetic.png > $HERE/synthetic.md
+# selection (SnapKV-style, training-free) at the same precisions, reusing the whole-article and BM25 scores
+for KIND in judged-20 bm25-20; do
+  [ -f runs/bytes/ap89-select-$KIND.json ] || $P $HERE/selection.py runs/bytes/ap89.json --set $KIND \
+    --data data/ap89-$KIND --out runs/bytes/ap89-select-$KIND.json
+  $P $HERE/table.py runs/bytes/ap89-select-$KIND.json --plot $HERE/ap89-select-$KIND.png > $HERE/ap89-select-$KIND.md
+done

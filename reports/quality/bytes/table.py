@@ -104,14 +104,15 @@ def plot(sets: dict[str, dict[str, Any]], out: Path) -> None:
     fig, axes = plt.subplots(len(sets), 2, figsize=(11, 4 * len(sets)), squeeze=False)
     for row, (name, summary) in zip(axes, sets.items(), strict=True):
         for ax, metric, label in ((row[0], "ndcg", "nDCG@10"), (row[1], "overlap", "overlap@10 vs reader")):
-            storages = sorted({s.split()[-1] for s, v in summary.items() if v["kib"] is not None})
-            for storage in storages:
-                points = sorted(
-                    (v["kib"], v[metric])
-                    for s, v in summary.items()
-                    if v["kib"] is not None and s.endswith(storage)
-                )
-                ax.plot(*zip(*points, strict=True), marker="o", label=storage)
+            # one line per compressor and storage: "prefix 128 int4" → "prefix int4"
+            lines: dict[str, list[tuple[float, float]]] = {}
+            for s, v in summary.items():
+                if v["kib"] is not None:
+                    words = s.split()
+                    lines.setdefault(f"{words[0]} {words[-1]}", []).append((v["kib"], v[metric]))
+            for label, points in sorted(lines.items()):
+                style = "o-" if label.startswith("prefix") else "s--"
+                ax.plot(*zip(*sorted(points), strict=True), style, label=label)
             for level, style in ((READER, "k-."), ("bm25", "k--")):
                 if level in summary and not (metric == "overlap" and level == READER):
                     ax.axhline(summary[level][metric], ls=style[1:], color=style[0], label=level)
