@@ -24,3 +24,7 @@ for KIND in judged-20 bm25-20; do
     --data data/ap89-$KIND --out runs/bytes/ap89-select-$KIND.json
   $P $HERE/table.py runs/bytes/ap89-select-$KIND.json --plot $HERE/ap89-select-$KIND.png > $HERE/ap89-select-$KIND.md
 done
+# the shipped learned-gist checkpoints at their own precision and at int4, on the judged lists
+[ -f runs/bytes/ap89-learned-judged-20.json ] || $P $HERE/learned.py runs/bytes/ap89.json --set judged-20 \
+  --data data/ap89-judged-20 --out runs/bytes/ap89-learned-judged-20.json
+$P $HERE/table.py runs/bytes/ap89-learned-judged-20.json --plot $HERE/ap89-learned-judged-20.png > $HERE/ap89-learned-judged-20.md

@@ -1,0 +1,75 @@
+"""Learned gists at equal bytes: the shipped gist checkpoints (`gistrank-ql-k4`: 4 gists read by query
+likelihood; `gistrank-hybrid-t32-k8`: 32 raw tokens + 8 gists, head rule — both trained on the synthetic
+catalog, neither on AP89) stored at their own precision and at int4, on one list kind of `evaluate.py`'s
+run, whose whole-article and BM25 scores are reused. Each article is compressed once per checkpoint (its
+LoRA body writes the gists, so nothing is shared with the prefix table), each unit encoded at every
+storage and decoded as serving would read it. Adds each setting's scores to a copy of the run.
+
+    .venv/bin/python reports/quality/bytes/learned.py runs/bytes/ap89.json --set judged-20 \\
+        --data data/ap89-judged-20 --out runs/bytes/ap89-learned-judged-20.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from reranker import GistReranker
+from reranker.core.checkpoints import HYBRID_CHECKPOINT, QL_CHECKPOINT
+from reranker.core.config import GistConfig
+from reranker.core.kv_codec import payload_nbytes
+from reranker.data.relevance_data import RelevanceSet
+
+STORAGES = {QL_CHECKPOINT: ("bfloat16", "int4"), HYBRID_CHECKPOINT: ("bfloat16", "int4")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="evaluate.py's --out")
+    parser.add_argument("--set", required=True, help="the list kind to add the checkpoints to")
+    parser.add_argument("--data", required=True, help="that set's relevance folder")
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args()
+
+    torch.set_num_threads(2)
+    run = json.loads(args.run.read_text())
+    lists = run["sets"][args.set]
+    dev = RelevanceSet.load_jsonl(args.data).split("dev")
+    queries = {q.query_id: q for q in dev.queries}
+    for alias, storages in STORAGES.items():
+        body = GistReranker.read(alias, device="cpu")
+        # the same weights and trained gists, stored at each precision (a reader per fingerprint)
+        positions = body.gist.num_gist + body.gist.keep_item_prefix
+        readers = {
+            f"{alias.removeprefix('gistrank-')} {positions} {s}": body.with_gist_config(
+                GistConfig(**(body.gist.model_dump() | {"kv_storage": s})), keep_gists=True
+            )
+            for s in storages
+        }
+        dims = (body.num_layers, positions, body.num_kv_heads, body.head_dim)
+        for name, reader in readers.items():
+            run["kib"][name] = payload_nbytes(*dims, reader.gist.storage) / 1024
+        seconds, items = 0.0, 0
+        for query_id, item in tqdm(lists.items(), desc=f"{alias}, {args.set}", unit="list"):
+            texts = [dev.items[i].text for i in item["ids"]]
+            start_s = time.perf_counter()
+            units = body.compress(texts)
+            seconds, items = seconds + time.perf_counter() - start_s, items + len(texts)
+            for name, reader in readers.items():
+                stamped = [dataclasses.replace(u, fingerprint=reader.fingerprint) for u in units]
+                scores = reader.score(queries[query_id].text, reader.as_stored(stamped))
+                item["scores"][name] = scores.tolist()
+        for name in readers:
+            run["timing"][name] = {"compress_ms_per_item": 1e3 * seconds / items}
+    run["sets"] = {args.set: lists}
+    args.out.write_text(json.dumps(run) + "\n")
+
+
+if __name__ == "__main__":
+    main()
