@@ -170,6 +170,21 @@ def test_full_context_targets_are_computed_once_per_model_and_read_back_by_a_lat
     monkeypatch.setattr(type(again.store), "score_full", refuse)
     again._fill(progress=False)
     assert again.targets == first.targets and again.targets_file.read_text() == written
+    # another store over the same reader (its K/V kept at 8 bits: another store fingerprint) reads whole
+    # items alike, so it reads the same targets back; a reader that reads items shorter does not
+    other_store = ReaderTrainer(
+        cfg.model_copy(update={"model": f"{store_path}?kv_storage=int8"}),
+        data,
+        tmp_path / "c",
+        device="cpu",
+        cache_dir=tmp_path / "cache",
+    )
+    assert other_store.store.fingerprint != first.store.fingerprint
+    assert other_store.targets_file == first.targets_file
+    other_store._fill(progress=False)
+    assert other_store.targets == first.targets
+    shorter = f"{store_path}?max_item_tokens=32"
+    assert GistReranker.read(shorter, device="cpu").full_context_fingerprint not in first.targets_file.name
 
 
 def test_pseudo_query_lists_ask_an_items_title_of_it_and_its_bm25_neighbours(store_path: Path) -> None:

@@ -67,6 +67,22 @@ _LATER_FIELDS = {
 }
 # what only the query reads (`ReaderAdapter`, head, score token): outside the store's fingerprint
 _READER_TENSORS = ("reader_adapter.", "head.", "score_embedding")
+# what a full-context forward (item and query in one causal pass) never reads: the compressor, its budget
+# and storage, its gists — and the fusion, which changes no score
+_STORE_ONLY_FIELDS = {
+    "compressor",
+    "num_gist",
+    "keep_item_prefix",
+    "gist_adapter_rank",
+    "gist_pool_windows",
+    "select_scorer",
+    "select_head_budget",
+    "select_window",
+    "select_pool",
+    "kv_storage",
+    "fusion",
+}
+_GIST_TENSORS = ("gist_embeddings", "gist_adapter.")
 # GistConfig fields removed since format 1 (experiments that did not help; last commit with them: faba5cc):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused
 _REMOVED_FIELDS = {"gist_read_bias": 0.0}
@@ -359,20 +375,29 @@ class GistWeights(nn.Module):
             return self.reader_fingerprint
         return self._digest(self._reading_config(exclude={"fusion"}), reader=True)
 
+    @property
+    def full_context_fingerprint(self) -> str:
+        """The fingerprint of this model's full-context scores (`score_full`): the reader fingerprint
+        without what only a stored unit depends on (compressor, budget, storage, gists) or only serving
+        (fusion). What caches of the full-context reader's scores are keyed by (distillation targets), so
+        a store of another budget, compressor or precision over the same reader reuses them."""
+        return self._digest(self._reading_config(exclude=_STORE_ONLY_FIELDS), reader=True, gists=False)
+
     def _reading_config(self, exclude: set[str] | None = None) -> str:
         """Every setting as JSON, but the later fields at their defaults (older checkpoints keep their
         fingerprints) and `exclude`."""
         unset = {name for name, value in _LATER_FIELDS.items() if getattr(self.gist, name) == value}
         return self.gist.model_dump_json(exclude=unset | (exclude or set()))
 
-    def _digest(self, config: str, reader: bool) -> str:
-        """blake2b of `config` and the weights (those only the query reads too when `reader`), each
-        as saved: in the storage dtype."""
+    def _digest(self, config: str, reader: bool, gists: bool = True) -> str:
+        """blake2b of `config` and the weights (those only the query reads too when `reader`; the gists
+        and gist adapter unless not `gists`), each as saved: in the storage dtype."""
         h = hashlib.blake2b(digest_size=16)
         h.update(config.encode())
         seen: set[int] = set()
+        skipped = (() if reader else _READER_TENSORS) + (() if gists else _GIST_TENSORS)
         for name, t in sorted(self.state_dict(keep_vars=True).items()):
-            if t.data_ptr() in seen or (not reader and name.startswith(_READER_TENSORS)):
+            if t.data_ptr() in seen or name.startswith(skipped):
                 continue  # tied weights (embeddings / lm_head) hash once
             seen.add(t.data_ptr())
             if t.is_floating_point() and ".lora_" not in name:

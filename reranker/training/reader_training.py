@@ -182,11 +182,11 @@ class ReaderTrainer:
         self.master = [p.detach().float().clone() for p in self.trained]
         self.optimizer = torch.optim.AdamW(self.master, lr=cfg.lr, weight_decay=0.0)
         self.units = StoredUnits(self.model, cache_dir, cfg.memory_items)
-        # the full-context reader's scores depend on the untouched model alone: kept beside the units, one
-        # line per pair as it is computed, so a later run (another objective, a resumed one) reads them back
-        self.targets_file = (
-            None if cache_dir is None else Path(cache_dir) / f"targets-{self.store.scores_fingerprint}.jsonl"
-        )
+        # the full-context reader's scores depend on the untouched model alone, not on its store: kept beside
+        # the units, one line per pair as it is computed, so a later run (another objective, a resumed one,
+        # another budget, compressor or storage over the same reader) reads them back
+        targets = f"targets-{self.store.full_context_fingerprint}.jsonl"
+        self.targets_file = None if cache_dir is None else Path(cache_dir) / targets
         self.rng = random.Random(cfg.seed)
 
         train, dev = judged_lists(data.split("train")), judged_lists(data.split("dev"))
