@@ -51,7 +51,7 @@ def main() -> None:
         cands = dev.candidates(q.query_id)
         ids[q.query_id], labels[q.query_id] = [i for i, _ in cands], [label for _, label in cands]
         texts = [dev.items[i].text for i, _ in cands]
-        units = store.compress(texts)  # once: both readers read these very units
+        units = store.as_stored(store.compress(texts))  # once, as served: both readers read these units
         scores["bm25"][q.query_id] = bm25_scores(q.text, texts, collection=dev.collection)
         scores["default"][q.query_id] = store.score(q.text, units).tolist()
         scores["reader"][q.query_id] = reader.score(q.text, units).tolist()
