@@ -51,6 +51,16 @@ for lists in bm25-20 judged-20; do
   .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --reader $R/distill/checkpoint \
     --out $Q/ap89-reader/$lists-distill.json
 done
+# the current default store (each article's first 128 tokens, K/V at 4 bits): the distillation recipe over
+# it, its targets read back from --cache-dir (they depend on the reader, not on the store)
+D=gistrank-base-ql-prefix128-int4
+[ -d $R/distill-prefix128-int4/checkpoint ] || $G train-reader --model $D --data data/ap89-judged-20-bm25-20 \
+  --objective distill --steps 100000 --minutes 15 --device cpu --cache-dir $R/units --out $R/distill-prefix128-int4 \
+  --config $Q/ap89-reader/train.json
+for lists in bm25-20 judged-20; do
+  .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --store $D \
+    --reader $R/distill-prefix128-int4/checkpoint --out $Q/ap89-reader/$lists-distill-prefix128-int4.json
+done
 # labels + distillation: the same lists, both losses; the targets read back from --cache-dir
 [ -d $R/labels-distill/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 --objective both \
   --steps 100000 --minutes 15 --device cpu --cache-dir $R/units --out $R/labels-distill --config $Q/ap89-reader/train.json
