@@ -11,36 +11,23 @@ storage and decoded as serving would read it. Adds each setting's scores to a co
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import time
-from pathlib import Path
 
-import torch
+from extend import open_run, save_run
 from tqdm.auto import tqdm
 
 from reranker import GistReranker
 from reranker.core.checkpoints import HYBRID_CHECKPOINT, QL_CHECKPOINT
 from reranker.core.config import GistConfig
 from reranker.core.kv_codec import payload_nbytes
-from reranker.data.relevance_data import RelevanceSet
 
 STORAGES = {QL_CHECKPOINT: ("bfloat16", "int4"), HYBRID_CHECKPOINT: ("bfloat16", "int4")}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="evaluate.py's --out")
-    parser.add_argument("--set", required=True, help="the list kind to add the checkpoints to")
-    parser.add_argument("--data", required=True, help="that set's relevance folder")
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args()
-
-    torch.set_num_threads(2)
-    run = json.loads(args.run.read_text())
+    args, run, dev = open_run(__doc__.splitlines()[0], "the checkpoints")
     lists = run["sets"][args.set]
-    dev = RelevanceSet.load_jsonl(args.data).split("dev")
     queries = {q.query_id: q for q in dev.queries}
     for alias, storages in STORAGES.items():
         body = GistReranker.read(alias, device="cpu")
@@ -67,8 +54,7 @@ def main() -> None:
                 item["scores"][name] = scores.tolist()
         for name in readers:
             run["timing"][name] = {"compress_ms_per_item": 1e3 * seconds / items}
-    run["sets"] = {args.set: lists}
-    args.out.write_text(json.dumps(run) + "\n")
+    save_run(args, run)
 
 
 if __name__ == "__main__":

@@ -9,35 +9,21 @@ article serves every budget and storage: `BudgetSweep`). Adds each setting's sco
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
-import torch
+from extend import open_run, save_run
 from tqdm.auto import tqdm
 
 from reranker import GistReranker
 from reranker.core.checkpoints import PREFIX64_MODEL
 from reranker.core.config import GistConfig
 from reranker.core.kv_codec import payload_nbytes
-from reranker.data.relevance_data import RelevanceSet
 from reranker.evaluation.sweep import BudgetSweep
 
 SETTINGS = [(64, "bfloat16"), (128, "int8"), (128, "int4"), (64, "int4"), (64, "int2")]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="evaluate.py's --out")
-    parser.add_argument("--set", required=True, help="the list kind to add selection to")
-    parser.add_argument("--data", required=True, help="that set's relevance folder")
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args()
-
-    torch.set_num_threads(2)
-    run = json.loads(args.run.read_text())
+    args, run, dev = open_run(__doc__.splitlines()[0], "selection")
     lists = run["sets"][args.set]
-    dev = RelevanceSet.load_jsonl(args.data).split("dev")
     body = GistReranker.read(PREFIX64_MODEL, compressor="select", device="cpu")
     layouts = {
         f"select {k} {s}": GistConfig(**(body.gist.model_dump() | {"num_gist": k, "kv_storage": s}))
@@ -57,8 +43,7 @@ def main() -> None:
     seconds, items = sweep.cost()
     for name in layouts:
         run["timing"][name] = {"compress_ms_per_item": 1e3 * seconds / items}
-    run["sets"] = {args.set: lists}
-    args.out.write_text(json.dumps(run) + "\n")
+    save_run(args, run)
 
 
 if __name__ == "__main__":
