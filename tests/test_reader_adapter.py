@@ -146,7 +146,7 @@ def test_training_lowers_the_held_out_loss_and_rewrites_no_stored_unit(
     assert after < 0.5 * before, (before, after)
 
 
-def test_full_context_targets_are_computed_once_per_model_and_read_back_by_a_later_run(
+def test_full_context_targets_are_computed_once_per_reader_and_read_back_by_later_runs_over_any_store(
     store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = toy_set()
