@@ -57,9 +57,15 @@ D=gistrank-base-ql-prefix128-int4
 [ -d $R/distill-prefix128-int4/checkpoint ] || $G train-reader --model $D --data data/ap89-judged-20-bm25-20 \
   --objective distill --steps 100000 --minutes 15 --device cpu --cache-dir $R/units --out $R/distill-prefix128-int4 \
   --config $Q/ap89-reader/train.json
-for lists in bm25-20 judged-20; do
-  .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --store $D \
-    --reader $R/distill-prefix128-int4/checkpoint --out $Q/ap89-reader/$lists-distill-prefix128-int4.json
+# and the labels recipe over it (20 min cap), its units read back from --cache-dir
+[ -d $R/labels-prefix128-int4/checkpoint ] || $G train-reader --model $D --data data/ap89-judged-20-bm25-20 \
+  --objective labels --steps 100000 --minutes 20 --device cpu --cache-dir $R/units --out $R/labels-prefix128-int4 \
+  --config $Q/ap89-reader/train.json
+for recipe in distill labels; do
+  for lists in bm25-20 judged-20; do
+    .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --store $D \
+      --reader $R/$recipe-prefix128-int4/checkpoint --out $Q/ap89-reader/$lists-$recipe-prefix128-int4.json
+  done
 done
 # labels + distillation: the same lists, both losses; the targets read back from --cache-dir
 [ -d $R/labels-distill/checkpoint ] || $G train-reader --model gistrank-base-ql-prefix64 --data data/ap89-judged-20-bm25-20 --objective both \
