@@ -1,8 +1,9 @@
 """`gistrank train-reader`: a reader trained for the store it reads.
 
-The store is fixed — any model reference with its stored-unit settings (the default: the base's first 128
-item tokens) — and so is every unit in it. Only parameters that act at query rows are trained: the reader
-adapter (`core/reader_adapter.py`) and, under the head rule, the score token and head. So
+The store is fixed — any model reference with its stored-unit settings (the default: the K/V of the base's
+first 128 item tokens at 4 bits) — and so is every unit in it. Only parameters that act at query rows are
+trained: the reader adapter (`core/reader_adapter.py`) and, under the head rule, the score token and head.
+So
 
     stored units   computed once per item by the store's own compressor (`StoredUnits`), no gradient:
                    exactly the bytes serving reads, and after training still valid (same store fingerprint)
