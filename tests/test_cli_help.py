@@ -1,6 +1,6 @@
 """Every command's `-h`, as a user reads it, stays what `tests/data/cli_help.txt` holds: moving commands
-between modules or sharing option definitions changes no name, default or help line. An intended change
-rewrites the file (`GISTRANK_WRITE_CLI_HELP=1 pytest tests/test_cli_help.py`) and shows in review as a diff."""
+between modules or sharing option definitions changes no name, default or help line. An intended
+change rewrites the file (`GISTRANK_WRITE_CLI_HELP=1 pytest tests/test_cli_help.py`), a diff in review."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def _render() -> str:
     for path in _paths(typer.main.get_command(app)):
         result = runner.invoke(app, [*path, "-h"], prog_name="gistrank", terminal_width=100)
         assert result.exit_code == 0, (path, result.output)
-        texts.append(f"=== {' '.join(('gistrank', *path))}\n{result.output}")
+        name = " ".join(("gistrank", *path))
+        texts.append(f"=== {name}\n{result.output}")
     return "".join(texts)
 
 
