@@ -484,7 +484,7 @@ def test_consumer_command_uses_only_options_gistrank_consume_accepts() -> None:
     from reranker.cli import app
 
     commands = typer.main.get_command(app).commands
-    assert "consume" in commands, "`gistrank consume` is not registered in reranker/cli.py"
+    assert "consume" in commands, "`gistrank consume` is not registered in reranker/cli/"
     accepted = {opt for param in commands["consume"].params for opt in (*param.opts, *param.secondary_opts)}
     used = [arg for arg in _compose_config()["services"]["consumer"]["command"][1:] if arg.startswith("--")]
     assert set(used) <= accepted, f"not options of `gistrank consume`: {sorted(set(used) - accepted)}"

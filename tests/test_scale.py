@@ -40,7 +40,7 @@ from reranker.core.render import render_item
 from reranker.serving.client import RerankClient
 from reranker.serving.server import tritonserver_binary
 from reranker.store import GistStore
-from streaming.cli import OnlineStore, _open_store
+from streaming.cli.options import OnlineStore, open_store
 
 pytestmark = [pytest.mark.scale, pytest.mark.redis]
 
@@ -77,10 +77,10 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
 
 
 def test_the_consumer_cli_takes_a_feast_config_and_refuses_mixed_settings(config: Path) -> None:
-    store = _open_store("f" * 32, None, OnlineStore.sqlite, None, config)
+    store = open_store("f" * 32, None, OnlineStore.sqlite, None, config)
     assert store.online == "redis" and store.config_path == config.resolve()
     with pytest.raises(typer.BadParameter, match="--feast-config sets the stores itself"):
-        _open_store("f" * 32, None, OnlineStore.redis, "redis://127.0.0.1:1/0", config)
+        open_store("f" * 32, None, OnlineStore.redis, "redis://127.0.0.1:1/0", config)
 
 
 def kafka_settings(broker: KafkaBroker, name: str) -> KafkaSettings:

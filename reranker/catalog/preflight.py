@@ -1,5 +1,5 @@
 """What a command checks before anything heavy starts (a model load, a store, tritonserver), shared by the
-writer's commands (`streaming/cli.py`) and serving's (`reranker/serving/cli.py`), so each mistake is one
+writer's commands (`streaming/cli/`) and serving's (`reranker/serving/cli.py`), so each mistake is one
 line: a model reference (`check_model`), listening ports (`port_option`: one range for every port
 option; `ensure_free`), the Kafka brokers (`require_broker`; `kafka_logs`: kafka-python's lines only when
 asked)."""

@@ -1,6 +1,6 @@
 """`gistrank serve` and `gistrank rerank`: plain functions with typer-annotated options.
 
-Registered as commands by reranker/cli.py (`app.command()(serve)`); heavy imports stay inside them.
+Registered as commands by reranker/cli/__init__.py (`app.command()(serve)`); heavy imports stay inside them.
 """
 
 from __future__ import annotations
