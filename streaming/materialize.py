@@ -8,7 +8,7 @@ The consumer group is the one writer of a model's view while it runs, and the st
 within one process only: run `materialize` before starting the model's consumers (a bootstrap), not
 beside them, or a consumer's newer row can be overwritten by the backfill's read-then-write of an older
 version. A live backfill (a model rollout) is events through the topic: `gistrank publish` and the new
-model's own consumer group (README "Scale-out").
+model's own consumer group (docs/deploy.md, "Scale-out").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The package layout's import directions (README "Layout"), read from the source: every import, also
+"""The package layout's import directions (docs/layout.md), read from the source: every import, also
 the lazy ones inside functions and those under TYPE_CHECKING.
 
 Each package imports only itself and the packages ALLOWED lists for it, all below it, each a whole

@@ -476,7 +476,7 @@ def test_first_stage_scores_are_fused_by_the_served_rule_and_the_rerankers_own_c
 
 @pytest.mark.fusion
 def test_the_readme_http_json_request_with_first_stage_scores(server: Endpoints) -> None:
-    """The README's curl body (Triton's JSON protocol), with this catalog's ids."""
+    """The curl body of docs/cascade.md (Triton's JSON protocol), with this catalog's ids."""
     ids = fresh_ids(3)
     body = {
         "inputs": [

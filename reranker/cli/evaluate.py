@@ -127,7 +127,7 @@ def evaluate(
     """Recall@K against the teacher, NDCG@10, sliced by item length and hard negatives; JSON, MD, PNG.
 
     --teacher / --student / --shadow-model take model references with reading settings, e.g.
-    `gistrank-teacher-lora?compressor=select&num_gist=64&max_item_tokens=1024` (README, core API)."""
+    `gistrank-teacher-lora?compressor=select&num_gist=64&max_item_tokens=1024` (docs/core.md)."""
     if not student and not shadow_model:
         raise typer.BadParameter("nothing to evaluate: give --student and/or --shadow-model")
     if data != "synthetic" and max_item_tokens is not None:
