@@ -31,7 +31,6 @@ def test_every_relative_link_resolves(page: Path) -> None:
             continue
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
-        missing_anchor = bool(anchor) and file.suffix == ".md" and anchor not in _anchors(file)
-        if not file.exists() or missing_anchor:
+        if not file.exists() or (anchor and file.suffix == ".md" and anchor not in _anchors(file)):
             broken.append(target)
     assert not broken, f"{page.relative_to(ROOT)}: {broken}"
