@@ -20,7 +20,7 @@ from reranker import GistReranker
 from reranker.catalog.database import Catalog
 from reranker.catalog.events import ChangeEvent
 from reranker.core.kv import GistKV
-from reranker.core.model import QueryTail
+from reranker.core.layout import QueryTail
 from reranker.core.render import render_item
 from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests

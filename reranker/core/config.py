@@ -37,6 +37,9 @@ ScoreRule = Literal["head", "query_likelihood"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
 # settings that only change how the query reads a stored unit, never the unit (GistConfig.store_settings)
 READING_FIELDS = ("score_rule", "query_template", "max_query_tokens", "reader_adapter_rank", "fusion")
+# ... unless the compressor's own forward reads one: selection observes the item with the query
+# template's lead-in (compressors/select.py: observation_suffix), so its units depend on the template
+STORE_READS: dict[str, tuple[str, ...]] = {"select": ("query_template",)}
 # query likelihood reads the query where the autoencoding stage taught the LM to spell out the item
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
 
@@ -198,9 +201,7 @@ class GistConfig(BaseModel):
         """The settings a stored unit depends on: all but those that only say how the query reads it
         (`READING_FIELDS`), unless this compressor's forward reads one (selection observes the item
         with the query template's lead-in). Two configs that agree here write the same K/V."""
-        from reranker.core.compressors import compressor_for
-
-        kept = set(compressor_for(self.compressor).store_reads)
+        kept = set(STORE_READS.get(self.compressor, ()))
         return {k: v for k, v in self.model_dump().items() if k not in READING_FIELDS or k in kept}
 
     @property

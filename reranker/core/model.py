@@ -53,34 +53,11 @@ from reranker.core.errors import (
 from reranker.core.fusion import Fusion
 from reranker.core.gist_adapter import GistAdapter
 from reranker.core.kv import GistKV, Kept
+from reranker.core.layout import QueryTail
 from reranker.core.reader_adapter import ReaderAdapter
 from reranker.core.weights import GistWeights
 
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
-
-
-class QueryTail(NamedTuple):
-    """What follows the gists for one query: embeddings (ℓ, D), and targets (ℓ,) long — the token each
-    position predicts where the query likelihood is summed, -1 elsewhere (all -1 under the head rule,
-    whose ℓ-th row is the score token). Or one query per batch row (`QueryTail.rows`): embeds
-    (N, ℓ, D), targets (N, ℓ), and each row's real length `lens` (N,)."""
-
-    embeds: torch.Tensor
-    targets: torch.Tensor
-    lens: torch.Tensor | None = None
-
-    @classmethod
-    def rows(cls, tails: Sequence[QueryTail], repeats: int) -> QueryTail:
-        """Each of `tails` on `repeats` consecutive rows — (Q·N) rows, query-major — right-padded to the
-        longest. A pad row comes after every real row of its query, so causal attention keeps it out of
-        the real rows, and its target is -1: one forward reads Q queries as Q forwards would."""
-        ell = max(t.embeds.shape[0] for t in tails)
-        embeds = torch.stack([nn.functional.pad(t.embeds, (0, 0, 0, ell - t.embeds.shape[0])) for t in tails])
-        targets = torch.stack(
-            [nn.functional.pad(t.targets, (0, ell - t.targets.shape[0]), value=-1) for t in tails]
-        )
-        lens = torch.tensor([t.embeds.shape[0] for t in tails], device=embeds.device)
-        return cls(*(x.repeat_interleave(repeats, 0) for x in (embeds, targets, lens)))
 
 
 class StackedUnits(NamedTuple):

@@ -35,7 +35,7 @@ from feast.protos.feast.types.Value_pb2 import Value
 from feast.utils import make_tzaware
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from reranker.store import RowVersion
+from reranker.store.rows import RowVersion
 
 FENCED_SQLITE = f"{__name__}.FencedSqliteOnlineStore"
 FENCED_REDIS = f"{__name__}.FencedRedisOnlineStore"

@@ -53,7 +53,8 @@ from reranker.core import kv_codec, layout
 from reranker.core.config import GistConfig
 from reranker.core.errors import QueryTooLongError
 from reranker.core.kv import GistKV
-from reranker.core.model import GistReranker, QueryTail, likelihood
+from reranker.core.layout import QueryTail
+from reranker.core.model import GistReranker, likelihood
 from reranker.data.relevance_data import RelevanceSet
 from reranker.ranking_metrics import ndcg_at_k, recall_at_k_vs_reference
 from reranker.training.objectives import distill_loss

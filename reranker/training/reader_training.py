@@ -40,7 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tqdm.auto import tqdm
 
 from reranker.core.kv import GistKV
-from reranker.core.model import GistReranker, QueryTail
+from reranker.core.layout import QueryTail
+from reranker.core.model import GistReranker
 from reranker.data.relevance_data import RelevanceSet
 from reranker.data.trec import bm25_top
 from reranker.ranking_metrics import ndcg_at_k

@@ -16,34 +16,80 @@ item (`gist.py`), the item columns attention selects (`select.py`), or simply th
     recompute_tokens    positions a cache miss's compression forward runs (capacity planning)
 
 `GistReranker` is one reader (body + score rule + compressor) and asks its compressor; nothing else
-branches on the compressor's name. Adding a compressor is one module here, one line in the registry
-(`__init__.py`) and one row in the parametrised equivalence test.
+branches on the compressor's name. A compressor sees the model through `Reader`, the part of it a
+compressor calls, so this package sits below the model and never imports it. Adding a compressor is
+one module here, one line in the registry (`__init__.py`) and one row in the parametrised equivalence
+test.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Protocol
 
 import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
 
 from reranker.core import layout
 from reranker.core.config import COMPRESSOR_SETTINGS, GistConfig
 from reranker.core.kv import Kept
+from reranker.core.layout import QueryTail
 
-if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
+
+class Reader(Protocol):
+    """What a compressor uses of the model it compresses for (`GistReranker` is the one there is): its
+    settings and body, and the forwards the compressions and their references run."""
+
+    gist: GistConfig
+    lm: nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    num_layers: int
+    num_kv_heads: int
+    gist_embeddings: nn.Parameter  # (k, D)
+
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def dtype(self) -> torch.dtype: ...
+    @property
+    def kv_dtype(self) -> torch.dtype: ...
+    def base_lm(self) -> nn.Module: ...
+    def attention_modules(self) -> list[nn.Module]: ...
+    def embed(self, ids: list[int]) -> torch.Tensor: ...
+    def item_ids(self, items: Sequence[str]) -> tuple[list[list[int]], list[bool]]: ...
+    def causal_kv(
+        self, rows: list[torch.Tensor], slots: list[torch.Tensor], gist_rows: int = 0
+    ) -> list[torch.Tensor]: ...
+    def left_padded_forward(
+        self,
+        rows: list[torch.Tensor],
+        tail_rows: int = 0,
+        tail_mode: Callable[[], AbstractContextManager] = ...,
+        gist_tail: bool = False,
+    ) -> tuple[Any, list[int]]: ...
+    def forward_rows(
+        self, rows: list[torch.Tensor], item_lens: torch.Tensor | None, tail_len: int = 0, **outputs: bool
+    ) -> tuple[Any, torch.Tensor]: ...
+    def layer_masks(self, masks: Sequence[torch.Tensor]) -> AbstractContextManager[None]: ...
+    def tail_rows(
+        self, query: str, items: Sequence[str], full: bool
+    ) -> tuple[list[torch.Tensor], list[list[int]], QueryTail]: ...
+    @staticmethod
+    def tails(hidden: torch.Tensor, seq_lens: torch.Tensor, tail_len: int) -> torch.Tensor: ...
+    def tail_scores(
+        self, tail: torch.Tensor, targets: torch.Tensor, lens: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
+    def score_masked(self, query: str, items: Sequence[str]) -> torch.Tensor: ...
+    def score_full_ids(self, query: str, item_ids: list[list[int]]) -> torch.Tensor: ...
 
 
 class Compressor(ABC):
     name: ClassVar[str]
     # the stored columns are trained parameters' outputs: a model has one budget, no training-free sweep
     learned: ClassVar[bool] = False
-
-    # reading settings (config.READING_FIELDS) that this compressor's forward reads all the same: they
-    # change its stored K/V, so they belong to the store's fingerprint
-    store_reads: ClassVar[tuple[str, ...]] = ()
 
     # the settings whose values one compression pass can serve several of (a training-free sweep over
     # budgets, hybrid prefixes, per-head shares): the item's forward does not depend on them
@@ -56,7 +102,7 @@ class Compressor(ABC):
 
     @abstractmethod
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
     ) -> list[dict[GistConfig, Kept]]:
         """Per item, per layout (the model's settings, or the same with other `sweepable` values): the
         stored K/V (L, 2, H_kv, p + s, h) in the model's K/V dtype, with each head's share of the
@@ -75,7 +121,7 @@ class Compressor(ABC):
         """Position id of the query's first token: where it sat in the forward the unit was cut from."""
 
     @abstractmethod
-    def reference_scores(self, model: GistReranker, query: str, items: Sequence[str]) -> torch.Tensor:
+    def reference_scores(self, model: Reader, query: str, items: Sequence[str]) -> torch.Tensor:
         """The full-sequence forward (items present) the online path must equal → (N,) scores."""
 
     @abstractmethod
@@ -94,7 +140,7 @@ class Compressor(ABC):
         visible, pad slots never, causal over the query (`layout.online_mask`)."""
         return layout.online_mask(prefix_lens, prefix_slots, tail_lens, tail_slots, query_len)
 
-    def check_layouts(self, model: GistReranker, layouts: Sequence[GistConfig]) -> list[GistConfig]:
+    def check_layouts(self, model: Reader, layouts: Sequence[GistConfig]) -> list[GistConfig]:
         """`layouts` deduplicated; refused when empty, or when one differs from the model's settings in
         anything but this compressor's `sweepable` ones (trained slots: in anything) and `kv_storage`
         (how the store keeps the columns, never what they are: every compressor's pass serves any)."""

@@ -10,16 +10,12 @@ their per-layer K/V (after the hybrid prefix), the query reads the item only thr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
-from reranker.core.compressors.base import Compressor
+from reranker.core.compressors.base import Compressor, Reader
 from reranker.core.config import GistConfig
 from reranker.core.kv import Kept
-
-if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
 
 
 class GistCompressor(Compressor):
@@ -28,7 +24,7 @@ class GistCompressor(Compressor):
 
     @torch.inference_mode()
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
     ) -> list[dict[GistConfig, Kept]]:
         (own,) = self.check_layouts(model, layouts)
         k = own.num_gist
@@ -38,7 +34,7 @@ class GistCompressor(Compressor):
         return [{own: Kept(kv)} for kv in kvs]
 
     @staticmethod
-    def slots(model: GistReranker, item_tokens: int) -> torch.Tensor:
+    def slots(model: Reader, item_tokens: int) -> torch.Tensor:
         """Positions an item of j tokens keeps: its first min(t, j) tokens, then the gists j … j+k-1."""
         p = min(model.gist.keep_item_prefix, item_tokens)
         gists = torch.arange(item_tokens, item_tokens + model.gist.num_gist)
@@ -50,7 +46,7 @@ class GistCompressor(Compressor):
     def query_start(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         return item_tokens + budget
 
-    def reference_scores(self, model: GistReranker, query: str, items: Sequence[str]) -> torch.Tensor:
+    def reference_scores(self, model: Reader, query: str, items: Sequence[str]) -> torch.Tensor:
         return model.score_masked(query, items)
 
     def recompute_tokens(self, item_tokens: int, budget: int, prefix_tokens: int) -> int:

@@ -10,16 +10,12 @@ first) survive, everything after the budget is gone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
-from reranker.core.compressors.base import Compressor
+from reranker.core.compressors.base import Compressor, Reader
 from reranker.core.config import GistConfig
 from reranker.core.kv import Kept
-
-if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
 
 
 class PrefixCompressor(Compressor):
@@ -28,7 +24,7 @@ class PrefixCompressor(Compressor):
 
     @torch.inference_mode()
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
     ) -> list[dict[GistConfig, Kept]]:
         layouts = self.check_layouts(model, layouts)
         widest = max(c.keep_item_prefix + c.num_gist for c in layouts)
@@ -47,7 +43,7 @@ class PrefixCompressor(Compressor):
     def verbatim_tokens(self, gist: GistConfig) -> int:
         return gist.keep_item_prefix + gist.num_gist  # the first t + k tokens are the whole unit
 
-    def reference_scores(self, model: GistReranker, query: str, items: Sequence[str]) -> torch.Tensor:
+    def reference_scores(self, model: Reader, query: str, items: Sequence[str]) -> torch.Tensor:
         n = self.verbatim_tokens(model.gist)
         item_ids, _ = model.item_ids(items)
         return model.score_full_ids(query, [ids[:n] for ids in item_ids])

@@ -35,19 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from reranker.core import layout
-from reranker.core.compressors.base import Compressor
+from reranker.core.compressors.base import Compressor, Reader
 from reranker.core.config import GistConfig
 from reranker.core.kv import Kept, held_columns
-
-if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
-
 
 REPEAT_PROMPT = "\n\nRepeat the previous context exactly.\n"  # KVzip's reconstruction prompt
 HEAD_FLOOR = 0.2  # per-head budgets: the share of k every head keeps of its own (Ada-KV's safeguard α)
@@ -231,12 +226,11 @@ def selected_mask_scores(
 
 class SelectCompressor(Compressor):
     name = "select"
-    store_reads = ("query_template",)  # the template's lead-in observes the item (observation_suffix)
     sweepable = ("num_gist", "keep_item_prefix", "select_head_budget")
 
     @torch.inference_mode()
     def compress(
-        self, model: GistReranker, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
     ) -> list[dict[GistConfig, Kept]]:
         return select_kv(model, item_ids, self.check_layouts(model, layouts))
 
@@ -246,7 +240,7 @@ class SelectCompressor(Compressor):
     def query_start(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         return item_tokens  # kept columns keep their positions: the query follows the whole item
 
-    def reference_scores(self, model: GistReranker, query: str, items: Sequence[str]) -> torch.Tensor:
+    def reference_scores(self, model: Reader, query: str, items: Sequence[str]) -> torch.Tensor:
         kept = selected_columns(model, model.item_ids(items)[0])
         return selected_mask_scores(model, query, items, kept)
 
