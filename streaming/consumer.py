@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
     from kafka.future import Future
 
-    from reranker.core.model import GistReranker
+    from reranker.core.model import Reranker
 
 log = logging.getLogger(__name__)
 OWNER_PREFIX = "gistrank-model="  # commit metadata: "gistrank-model=<fingerprint>"
@@ -180,13 +180,13 @@ class GistConsumer:
     """Consume change events, write gist K/V rows to the store, dead-letter bad events.
 
     `batch_size` records are polled per batch; `compress_batch_size` items go through one forward.
-    Blobs are encoded at the model's storage (`GistConfig.storage`).
+    Blobs are encoded at the model's storage (`RerankerConfig.storage`).
     """
 
     def __init__(
         self,
         settings: KafkaSettings,
-        model: GistReranker,
+        model: Reranker,
         store: GistStore,
         batch_size: int = 64,
         compress_batch_size: int = 16,

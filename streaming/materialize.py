@@ -28,7 +28,7 @@ from reranker.core.render import content_hash, render_item
 from reranker.store import GistRow, GistStore
 
 if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
+    from reranker.core.model import Reranker
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,12 @@ def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
 
 
 def compress_rows(
-    model: GistReranker,
+    model: Reranker,
     items: Sequence[tuple[str, ItemFields, int]],
     batch_size: int = 16,
 ) -> list[GistRow]:
     """(item_id, fields, version) → store rows: render, compress in `batch_size` forwards, encode at the
-    model's storage (`GistConfig.storage`: part of its store fingerprint, so every writer of one view
+    model's storage (`RerankerConfig.storage`: part of its store fingerprint, so every writer of one view
     encodes alike).
 
     The one place, shared by the consumer and the backfill, where item content becomes a K/V blob. The
@@ -78,7 +78,7 @@ def compress_rows(
 
 def materialize(
     catalog: Catalog,
-    model: GistReranker,
+    model: Reranker,
     store: GistStore,
     stale_only: bool = False,
     batch_size: int = 16,

@@ -12,7 +12,7 @@ import torch
 from helpers import CATALOG_ITEMS, CountingStore
 
 from localservices.kafka_broker import KafkaBroker
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.catalog.database import Catalog
 from reranker.core.tiny_base import build_tiny_base
 
@@ -32,9 +32,9 @@ def tiny_base(tiny_bases: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tiny_base: Path) -> GistReranker:
-    """A tiny fp32 Llama GistReranker with k=4 (read-only: do not train or modify it in a test)."""
-    return GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+def tiny_model(tiny_base: Path) -> Reranker:
+    """A tiny fp32 Llama Reranker with k=4 (read-only: do not train or modify it in a test)."""
+    return Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=4, dtype="float32"), device="cpu")
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def catalog(tmp_path: Path) -> Iterator[Catalog]:
 
 
 @pytest.fixture
-def feast_store(tmp_path: Path, tiny_model: GistReranker) -> CountingStore:
+def feast_store(tmp_path: Path, tiny_model: Reranker) -> CountingStore:
     """`tiny_model`'s real Feast store (SQLite online store) in `tmp_path`, applied and empty, counting its
     reads and writes."""
     store = CountingStore(tmp_path / "feast", fingerprint=tiny_model.fingerprint)

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from prometheus_client import REGISTRY
 
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.catalog.database import Catalog
 from reranker.catalog.events import ChangeEvent
-from reranker.core.kv import GistKV
+from reranker.core.kv import StoredUnit
 from reranker.core.layout import QueryTail
 from reranker.core.render import render_item
 from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
@@ -37,7 +37,7 @@ QUERY = "256GB phone 2023"
 
 
 def forward_scores(
-    model: GistReranker, rows: list[torch.Tensor], item_lens: torch.Tensor | None, tail: QueryTail
+    model: Reranker, rows: list[torch.Tensor], item_lens: torch.Tensor | None, tail: QueryTail
 ) -> torch.Tensor:
     """Scores of hand-built rows of embeddings that end in `tail`, through the model's own forward
     (gist mask when `item_lens`, else plain causal) and score rule."""
@@ -70,7 +70,7 @@ def text_of(catalog: Catalog, item_id: str) -> str:
     return render_item(item.title, item.attributes, item.description)
 
 
-def catalog_row(catalog: Catalog, item_id: str, kv: GistKV, blob: bytes | None = None) -> GistRow:
+def catalog_row(catalog: Catalog, item_id: str, kv: StoredUnit, blob: bytes | None = None) -> GistRow:
     """`item_id`'s row holding `kv`, under the item's current content hash and version.
 
     `blob` is stored in place of the encoded `kv`: a damaged or foreign blob behind truthful columns.
@@ -233,7 +233,7 @@ def toy_set() -> RelevanceSet:
     return RelevanceSet(items=items, queries=queries, judgments=judgments)
 
 
-def mean_test_kl(model: GistReranker, shadow: GistReranker, data: RelevanceSet) -> float:
+def mean_test_kl(model: Reranker, shadow: Reranker, data: RelevanceSet) -> float:
     """Mean list-wise KL to `shadow`'s full-context scores over the test split's lists, `model` read
     through the online path (its own compression, then `score`)."""
     from reranker.training.objectives import distill_loss

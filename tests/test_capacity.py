@@ -12,9 +12,9 @@ from helpers import ITEMS
 from typer.testing import CliRunner
 
 from reranker.cli import app
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.kv_codec import encode, kv_nbytes_formula, payload_nbytes
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.serving.capacity import GIB, ModelShape, blob_bytes, plan
 
 
@@ -35,8 +35,8 @@ def test_design_storage_figures(
 @pytest.mark.parametrize("storage", ["float32", "bfloat16", "int8"])
 @pytest.mark.parametrize("t", [0, 3])
 def test_blob_bytes_is_the_codec_blob_of_a_real_item(tiny_base: Path, storage: str, t: int) -> None:
-    model = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32"), device="cpu"
+    model = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=4, keep_item_prefix=t, dtype="float32"), device="cpu"
     )
     [kv] = model.compress(ITEMS[:1])  # longer than t: p + k positions
     # the planner's item is as long as the cap: its length is metadata, a few digits of the header
@@ -49,7 +49,7 @@ def test_blob_bytes_is_the_codec_blob_of_a_real_item(tiny_base: Path, storage: s
     assert abs(blob_bytes(stored_as) - len(encode(kv, "c" * 64, storage))) <= 16
 
 
-def test_plan_figures(tiny_model: GistReranker) -> None:
+def test_plan_figures(tiny_model: Reranker) -> None:
     blob = blob_bytes(tiny_model)  # stored as its dtype, float32
     p = plan(
         tiny_model,
@@ -90,7 +90,7 @@ def test_flops_count_the_weights_and_the_visible_positions() -> None:
 
 
 def test_plan_command(tiny_base: Path, tmp_path: Path) -> None:
-    model = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"))
+    model = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=4, dtype="float32"))
     path = model.save_pretrained(tmp_path / "m")
     args = ["plan", "--items", "1000000", "--qps", "100", "--candidates", "50", "--model", str(path)]
     result = CliRunner().invoke(app, [*args, "--storage-dtype", "int8"])

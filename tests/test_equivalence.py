@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import ITEMS, QUERY, forward_scores
 
-from reranker import EmptyInputError, GistConfig, GistReranker
+from reranker import EmptyInputError, Reranker, RerankerConfig
 from reranker.core import layout
 from reranker.core.compressors import COMPRESSORS
 from reranker.core.config import COMPRESSOR_SETTINGS, SETTING_OWNERS, template_for
@@ -22,7 +22,7 @@ def assert_scores_equal(online: torch.Tensor, reference: torch.Tensor) -> None:
     torch.testing.assert_close(online, reference, rtol=1e-4, atol=1e-4 * float(reference.abs().max()))
 
 
-def test_score_full_is_a_different_forward(tiny_model: GistReranker) -> None:
+def test_score_full_is_a_different_forward(tiny_model: Reranker) -> None:
     full = tiny_model.score_full(QUERY, ITEMS)
     masked = tiny_model.score_masked(QUERY, ITEMS)
     assert full.shape == masked.shape == (len(ITEMS),)
@@ -30,9 +30,9 @@ def test_score_full_is_a_different_forward(tiny_model: GistReranker) -> None:
 
 
 # ------------------------------------------------------------------ hybrid: keep_item_prefix = t > 0
-def hybrid(base: Path, t: int, k: int = 4, max_item_tokens: int = 1024) -> GistReranker:
-    gist = GistConfig(num_gist=k, keep_item_prefix=t, max_item_tokens=max_item_tokens, dtype="float32")
-    return GistReranker.from_pretrained(base, gist, device="cpu")
+def hybrid(base: Path, t: int, k: int = 4, max_item_tokens: int = 1024) -> Reranker:
+    gist = RerankerConfig(num_gist=k, keep_item_prefix=t, max_item_tokens=max_item_tokens, dtype="float32")
+    return Reranker.from_pretrained(base, gist, device="cpu")
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -65,13 +65,13 @@ def test_hybrid_query_reads_the_prefix_but_not_the_rest(tiny_base: Path) -> None
     allowed = layout.training_mask(item_lens, 4, seq_lens, 16, keep=5)[0]
     query_rows = allowed[13:]
     assert query_rows[:, :5].all() and not query_rows[:, 5:9].any() and query_rows[:, 9:13].all()
-    pure = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    pure = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=4, dtype="float32"), device="cpu")
     assert not torch.allclose(model.score_masked(QUERY, ITEMS), pure.score_masked(QUERY, ITEMS), rtol=1e-3)
 
 
 def test_keep_item_prefix_must_leave_room_for_the_item() -> None:
     with pytest.raises(ValueError, match="keep_item_prefix=64 must be below max_item_tokens=64"):
-        GistConfig(keep_item_prefix=64, max_item_tokens=64)
+        RerankerConfig(keep_item_prefix=64, max_item_tokens=64)
 
 
 # ---------------------------------------------- prefix compressor: the item's first t + k tokens only
@@ -79,8 +79,8 @@ def test_keep_item_prefix_must_leave_room_for_the_item() -> None:
 def test_prefix_compressor_is_the_item_cut_to_its_budget(tiny_base: Path, t: int) -> None:
     """The stored K/V of the first min(t + k, j) tokens, the query right after them: exactly the
     full-context forward of the cut item + query, short items (fewer than t + k tokens) included."""
-    gist = GistConfig(num_gist=4, keep_item_prefix=t, compressor="prefix", dtype="float32")
-    model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+    gist = RerankerConfig(num_gist=4, keep_item_prefix=t, compressor="prefix", dtype="float32")
+    model = Reranker.from_pretrained(tiny_base, gist, device="cpu")
     kvs = model.compress(ITEMS, batch_size=3)
     item_ids, _ = model.item_ids(ITEMS)
     assert [kv.kv.shape[3] for kv in kvs] == [min(len(ids), t + 4) for ids in item_ids]
@@ -90,7 +90,7 @@ def test_prefix_compressor_is_the_item_cut_to_its_budget(tiny_base: Path, t: int
     assert_scores_equal(model.score(QUERY, kvs), forward_scores(model, rows, None, q))
 
 
-def test_rank_orders_candidates_by_score(tiny_model: GistReranker) -> None:
+def test_rank_orders_candidates_by_score(tiny_model: Reranker) -> None:
     scores = tiny_model.score(QUERY, tiny_model.compress(ITEMS)).tolist()
     ranked = tiny_model.rank(QUERY, ITEMS)
     assert [i for i, _ in ranked] == sorted(range(len(ITEMS)), key=lambda i: -scores[i])
@@ -101,7 +101,7 @@ def test_rank_orders_candidates_by_score(tiny_model: GistReranker) -> None:
         tiny_model.rank(QUERY, [])
 
 
-def test_predict_scores_query_item_pairs_in_input_order(tiny_model: GistReranker) -> None:
+def test_predict_scores_query_item_pairs_in_input_order(tiny_model: Reranker) -> None:
     """CrossEncoder-style pairs, two queries interleaved and an item repeated: each pair's score is the
     online score of its query over its item's stored K/V."""
     other = "steel kettle"
@@ -115,7 +115,7 @@ def test_predict_scores_query_item_pairs_in_input_order(tiny_model: GistReranker
         tiny_model.predict([])
 
 
-def test_reconfiguring_keeps_trained_gists_only_for_the_same_layout(tiny_model: GistReranker) -> None:
+def test_reconfiguring_keeps_trained_gists_only_for_the_same_layout(tiny_model: Reranker) -> None:
     longer = tiny_model.gist.model_copy(update={"max_item_tokens": 512})
     same = tiny_model.with_gist_config(longer, keep_gists=True)
     assert torch.equal(same.gist_embeddings, tiny_model.gist_embeddings)
@@ -127,9 +127,9 @@ def test_reconfiguring_keeps_trained_gists_only_for_the_same_layout(tiny_model: 
 
 
 # ------------------------------------------- every compressor: one equivalence test, the same pitfalls
-def reader(base: Path, compressor: str, k: int = 4, t: int = 0, **extra: object) -> GistReranker:
-    gist = GistConfig(num_gist=k, keep_item_prefix=t, compressor=compressor, dtype="float32", **extra)
-    return GistReranker.from_pretrained(base, gist, device="cpu")
+def reader(base: Path, compressor: str, k: int = 4, t: int = 0, **extra: object) -> Reranker:
+    gist = RerankerConfig(num_gist=k, keep_item_prefix=t, compressor=compressor, dtype="float32", **extra)
+    return Reranker.from_pretrained(base, gist, device="cpu")
 
 
 @pytest.mark.parametrize("compressor", COMPRESSORS)
@@ -163,10 +163,10 @@ def test_gists_under_pooling_windows_equal_their_reference_forward(
 
 def test_a_reference_reads_a_base_with_untrained_pooled_gists(tiny_base: Path, tmp_path: Path) -> None:
     """`BASE?compressor=gist&gist_pool_windows=true` is the base with its seeded gists under pooling
-    windows (a compressor that needs no training; GistConfig fingerprints it), while a trained checkpoint
+    windows (a compressor that needs no training; RerankerConfig fingerprints it), while a trained checkpoint
     is not read back under windows it was not trained with."""
     spec = f"{tiny_base}?compressor=gist&num_gist=4&gist_pool_windows=true"
-    by_reference = GistReranker.from_pretrained(spec, GistConfig(dtype="float32"), device="cpu")
+    by_reference = Reranker.from_pretrained(spec, RerankerConfig(dtype="float32"), device="cpu")
     built = reader(tiny_base, "gist", gist_pool_windows=True)
     assert by_reference.gist.gist_pool_windows and by_reference.fingerprint == built.fingerprint
     for got, want in zip(by_reference.compress(ITEMS), built.compress(ITEMS), strict=True):
@@ -175,7 +175,7 @@ def test_a_reference_reads_a_base_with_untrained_pooled_gists(tiny_base: Path, t
     assert plain.fingerprint != built.fingerprint
     saved = plain.save_pretrained(tmp_path / "plain")
     with pytest.raises(ValueError, match="gist_pool_windows=False"):
-        GistReranker.from_pretrained(f"{saved}?gist_pool_windows=true", device="cpu")
+        Reranker.from_pretrained(f"{saved}?gist_pool_windows=true", device="cpu")
 
 
 def test_the_first_gist_reads_only_its_window(tiny_base: Path) -> None:
@@ -306,8 +306,8 @@ def test_the_config_knows_exactly_the_registered_compressors() -> None:
     """The torch-free table a model reference is checked against (config.COMPRESSOR_SETTINGS) names
     exactly the registered compressors; a setting no compressor's forward reads would be a dead knob."""
     assert list(COMPRESSOR_SETTINGS) == list(COMPRESSORS)
-    assert set(SETTING_OWNERS) <= set(GistConfig.model_fields)
+    assert set(SETTING_OWNERS) <= set(RerankerConfig.model_fields)
     for name in COMPRESSORS:
-        assert GistConfig(compressor=name).compressor == name
+        assert RerankerConfig(compressor=name).compressor == name
     with pytest.raises(ValueError, match="unknown compressor 'bogus'; known: gist, select, prefix"):
-        GistConfig(compressor="bogus")
+        RerankerConfig(compressor="bogus")

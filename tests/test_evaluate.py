@@ -16,11 +16,11 @@ from tiny import tiny_relevance_set
 from reranker.core.compressors.base import Compressor
 from reranker.core.compressors.prefix import PrefixCompressor
 from reranker.core.compressors.select import SelectCompressor
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.errors import EmptyInputError
 from reranker.core.fusion import interpolate, minmax
 from reranker.core.kv_codec import payload_nbytes
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.data.relevance_data import collection_stats
 from reranker.evaluation.baselines import bm25_scores
 from reranker.evaluation.fusion import WEIGHTS, fit_weight
@@ -61,7 +61,7 @@ def test_bm25_by_hand() -> None:
 
 def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) -> None:
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
     common = dict(base=str(tiny_base), gist=gist, steps=4, queries_per_step=2, candidates_per_query=4)
     Trainer(TrainConfig(role="teacher", **common), data, tmp_path / "teacher", device="cpu").fit(
         progress=False
@@ -97,7 +97,7 @@ def test_train_then_eval_reports_every_field(tiny_base: Path, tmp_path: Path) ->
     assert all(c["ms_per_candidate"] > 0 for c in result.costs.values())
     hybrid_costs = result.costs["gist t=3 k=2"]
     assert hybrid_costs["positions"] == 5  # every test item is longer than t
-    reader = GistReranker.from_pretrained(students[2], device="cpu")
+    reader = Reranker.from_pretrained(students[2], device="cpu")
     dims = (reader.num_layers, 5, reader.num_kv_heads, reader.head_dim)
     assert hybrid_costs["bytes_bf16"] == payload_nbytes(*dims, "bfloat16")
     assert hybrid_costs["bytes_int8"] == payload_nbytes(*dims, "int8")
@@ -250,8 +250,8 @@ def test_untouched_base_controls(tiny_base: Path, tmp_path: Path) -> None:
     fully fine-tuned student (its checkpoint stores the trained body) they are the controls the saved
     untouched base scores as a student of its own, not the student's own controls."""
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-    untouched = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "untouched")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    untouched = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "untouched")
     cfg = TrainConfig(
         role="student", base=str(tiny_base), gist=gist, steps=4, queries_per_step=2, candidates_per_query=4
     )
@@ -321,7 +321,7 @@ def test_bm25_idf_is_the_collections_not_the_candidate_lists() -> None:
 
 @pytest.mark.parametrize("compressor", ["prefix", "select"])
 def test_a_budget_sweep_gives_each_budget_what_its_own_reader_compresses(
-    tiny_model: GistReranker, compressor: str
+    tiny_model: Reranker, compressor: str
 ) -> None:
     """One pass, every budget: each budget's units are what the body set up for that k compresses alone
     (its fingerprint, layout and tensors) — short items stored whole, as serving stores them."""
@@ -348,7 +348,7 @@ def test_a_budget_sweep_gives_each_budget_what_its_own_reader_compresses(
     assert not any(sweep.done.values())
 
 
-def test_a_budget_sweep_refuses_trained_gists(tiny_model: GistReranker) -> None:
+def test_a_budget_sweep_refuses_trained_gists(tiny_model: Reranker) -> None:
     with pytest.raises(ValueError, match="one trained layout"):
         BudgetSweep(tiny_model, [tiny_model.gist])
 
@@ -431,8 +431,8 @@ def test_evaluate_records_a_failed_system_and_goes_on(
     tiny_base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
 
     def broken(*_args: object, **_kwargs: object) -> list:
         raise EmptyInputError("items [1] have fewer than t + k = 2 tokens")
@@ -460,8 +460,8 @@ def test_a_selection_student_on_a_slice_of_queries(tiny_base: Path, tmp_path: Pa
     its prefix controls at the same budgets, no untrained-gists control (it has no gists); with
     `max_queries` only the split's first queries are scored."""
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-    teacher = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "teacher")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    teacher = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "teacher")
     select = f"{teacher}?compressor=select&num_gist=3"
     result = evaluate(data, teacher, [select], tmp_path / "eval", device="cpu", prefix_ks=(1,), max_queries=1)
     assert result.queries == 1 == len({r.query_id for r in result.records})
@@ -497,8 +497,8 @@ def test_a_rerun_scores_only_what_the_cache_lacks(
     each model scores only the new query — and gives the records a fresh evaluation gives; a changed
     model (another key) is scored afresh."""
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
     runs = tmp_path / "runs"
     first = evaluate(
         data, model, [model], tmp_path / "a", device="cpu", prefix_ks=(1,), run_dir=runs, max_queries=1
@@ -506,15 +506,13 @@ def test_a_rerun_scores_only_what_the_cache_lacks(
     assert first.queries == 1 and "key" in json.loads((runs / "cache.json").read_text())["teacher"]
     called: list[tuple[str, str]] = []
     for method in ("score", "score_full"):
-        original = getattr(GistReranker, method)
+        original = getattr(Reranker, method)
 
-        def counted(
-            self: GistReranker, query: str, items: list, _m: str = method, _f=original
-        ) -> torch.Tensor:
+        def counted(self: Reranker, query: str, items: list, _m: str = method, _f=original) -> torch.Tensor:
             called.append((_m, query))
             return _f(self, query, items)
 
-        monkeypatch.setattr(GistReranker, method, counted)
+        monkeypatch.setattr(Reranker, method, counted)
     second = evaluate(data, model, [model], tmp_path / "b", device="cpu", prefix_ks=(1,), run_dir=runs)
     new_query = data.split("test").queries[1].text
     # teacher once; the student (untrained: its own gists control) and two prefix controls once each: the
@@ -523,10 +521,10 @@ def test_a_rerun_scores_only_what_the_cache_lacks(
     monkeypatch.undo()
     fresh = evaluate(data, model, [model], tmp_path / "c", device="cpu", prefix_ks=(1,))
     assert sorted(map(repr, second.records)) == sorted(map(repr, fresh.records))
-    other = GistReranker.from_pretrained(tiny_base, gist.model_copy(update={"max_item_tokens": 40}))
+    other = Reranker.from_pretrained(tiny_base, gist.model_copy(update={"max_item_tokens": 40}))
     other_path = other.save_pretrained(tmp_path / "other")
     called.clear()
-    monkeypatch.setattr(GistReranker, "score_full", counted)
+    monkeypatch.setattr(Reranker, "score_full", counted)
     evaluate(data, other_path, [], tmp_path / "d", device="cpu", run_dir=runs)
     assert len(called) == 2  # another teacher: both queries scored again
 
@@ -538,8 +536,8 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
     the same scores as evaluating each alone; one prefix pass and one prefix control per budget, each
     paired with the student of that budget (not one copy per student), all on one line of the plots."""
     data = tiny_relevance_set()
-    base = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    base = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
     )
     path = base.save_pretrained(tmp_path / "base")
     specs = [f"{path}?compressor=select&num_gist={k}" for k in (2, 3)]
@@ -547,7 +545,7 @@ def test_select_students_share_one_pass_and_identical_controls_score_once(
     for kind in (SelectCompressor, PrefixCompressor):
 
         def counted(
-            self: Compressor, model: GistReranker, item_ids: list, budgets: list, _c=kind.compress
+            self: Compressor, model: Reranker, item_ids: list, budgets: list, _c=kind.compress
         ) -> list:
             passes[self.name] += len(item_ids)
             return _c(self, model, item_ids, budgets)
@@ -577,8 +575,8 @@ def test_hybrid_and_per_head_selection_students_share_one_selection_pass(
     forward per item for all of them, each scoring what it scores evaluated alone; each stored budget
     t + k has its prefix control, one system per budget for the students that store it."""
     data = tiny_relevance_set()
-    base = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    base = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
     )
     path = base.save_pretrained(tmp_path / "base")
     kvzip = f"{path}?compressor=select&select_scorer=kvzip"
@@ -591,7 +589,7 @@ def test_hybrid_and_per_head_selection_students_share_one_selection_pass(
     passes: list[int] = []
     original = SelectCompressor.compress
 
-    def counted(self: Compressor, model: GistReranker, item_ids: list, layouts: list) -> list:
+    def counted(self: Compressor, model: Reranker, item_ids: list, layouts: list) -> list:
         passes.append(len(item_ids))
         return original(self, model, item_ids, layouts)
 
@@ -622,8 +620,8 @@ def test_students_that_differ_only_in_selection_settings_share_their_prefix_cont
     """A SnapKV and a KVzip student of one body: prefix caching reads neither setting, so each budget's
     control is one system for both — the same key, one prefix pass per item."""
     data = tiny_relevance_set()
-    base = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    base = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
     )
     path = base.save_pretrained(tmp_path / "base")
     specs = [f"{path}?compressor=select{scorer}&num_gist=2" for scorer in ("", "&select_scorer=kvzip")]
@@ -634,7 +632,7 @@ def test_students_that_differ_only_in_selection_settings_share_their_prefix_cont
     prefix_items = []
     original = PrefixCompressor.compress
 
-    def counted(self: Compressor, model: GistReranker, item_ids: list, budgets: list) -> list:
+    def counted(self: Compressor, model: Reranker, item_ids: list, budgets: list) -> list:
         prefix_items.extend(item_ids)
         return original(self, model, item_ids, budgets)
 
@@ -648,8 +646,8 @@ def test_a_prefix_student_is_not_its_own_control(tiny_base: Path, tmp_path: Path
     """A prefix-caching student's control at its own budget, read by its own body, would be the
     student again: only the other budgets are its controls (none asked: no control, no error)."""
     data = tiny_relevance_set()
-    base = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    base = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
     )
     spec = f"{base.save_pretrained(tmp_path / 'base')}?compressor=prefix&num_gist=2"
     with_other = evaluate(data, spec, [spec], tmp_path / "a", device="cpu", prefix_ks=(1,))
@@ -668,8 +666,8 @@ def test_a_student_stored_at_int4_is_scored_as_the_store_returns_it(tiny_base: P
     """Prefix caching stored at 4 bits, and at 2 bits in the same pass: each scored over its decoded
     units (not the exact K/V), its bytes counted at its storage, its controls at the same storage."""
     data = tiny_relevance_set()
-    base = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    base = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
     )
     path = base.save_pretrained(tmp_path / "base")
     specs = [f"{path}?compressor=prefix&num_gist=8&kv_storage={s}" for s in ("int4", "int2")]
@@ -685,7 +683,7 @@ def test_a_student_stored_at_int4_is_scored_as_the_store_returns_it(tiny_base: P
     ids = [i for i, _ in data.candidates(query.query_id)]
     texts = {i: data.items[i].text for i in ids}
     system = student_systems([specs[0]], texts, prefix_ks=())["prefix k=8 int4"]
-    int4 = GistReranker.from_pretrained(specs[0], device="cpu")
+    int4 = Reranker.from_pretrained(specs[0], device="cpu")
     units = int4.compress([texts[i] for i in ids])
     scored = torch.tensor(system.score(query.text, ids))
     torch.testing.assert_close(scored, int4.score(query.text, int4.as_stored(units)))
@@ -697,8 +695,8 @@ def test_untrained_pooled_gists_are_their_own_control(tiny_base: Path, tmp_path:
     and has prefix controls but no untrained-gists control (it would be itself); once its gists move
     the control is back."""
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-    base = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "base")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    base = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "base")
     spec = f"{tiny_base}?compressor=gist&num_gist=2&max_item_tokens=48&gist_pool_windows=true"
     result = evaluate(data, base, [spec], tmp_path / "eval", device="cpu", prefix_ks=(1,), max_queries=1)
     controls = {name: f.control_of for name, f in result.systems.items() if f.control_of}
@@ -706,7 +704,7 @@ def test_untrained_pooled_gists_are_their_own_control(tiny_base: Path, tmp_path:
         "prefix 1 · gist pooled k=2": "gist pooled k=2",
         "prefix 2 · gist pooled k=2": "gist pooled k=2",
     }
-    trained = GistReranker.from_pretrained(spec, device="cpu")
+    trained = Reranker.from_pretrained(spec, device="cpu")
     with torch.no_grad():
         trained.gist_embeddings.add_(0.01)
     moved = trained.save_pretrained(tmp_path / "moved")
@@ -734,18 +732,18 @@ def test_a_stopped_evaluation_keeps_its_finished_queries(
     the reference fails) leaves the first query cached for every system, and the rerun scores only the
     second."""
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
     runs = tmp_path / "runs"
     _first, second = (q.text for q in data.split("test").queries)
-    original = GistReranker.score_full
+    original = Reranker.score_full
 
-    def dies_on_the_second(self: GistReranker, query: str, items: list) -> torch.Tensor:
+    def dies_on_the_second(self: Reranker, query: str, items: list) -> torch.Tensor:
         if query == second:
             raise RuntimeError("killed")
         return original(self, query, items)
 
-    monkeypatch.setattr(GistReranker, "score_full", dies_on_the_second)
+    monkeypatch.setattr(Reranker, "score_full", dies_on_the_second)
     with pytest.raises(RuntimeError, match="killed"):
         evaluate(data, model, [model], tmp_path / "a", device="cpu", prefix_ks=(1,), run_dir=runs)
     monkeypatch.undo()
@@ -753,11 +751,11 @@ def test_a_stopped_evaluation_keeps_its_finished_queries(
     assert kept["gist k=2"]["costs"]["ms_per_candidate"] > 0  # what the first query measured is kept
     called: list[str] = []
 
-    def counted(self: GistReranker, query: str, items: list) -> torch.Tensor:
+    def counted(self: Reranker, query: str, items: list) -> torch.Tensor:
         called.append(query)
         return original(self, query, items)
 
-    monkeypatch.setattr(GistReranker, "score_full", counted)
+    monkeypatch.setattr(Reranker, "score_full", counted)
     evaluate(data, model, [model], tmp_path / "b", device="cpu", prefix_ks=(1,), run_dir=runs)
     assert called == [second]
 
@@ -769,8 +767,8 @@ def test_a_smaller_evaluation_into_the_run_folder_loses_no_cached_score(
     keeps what it did not score: the second query in every run file (beside qrels.txt of the one it
     evaluated), the student's runs and cache entries; the full evaluation again scores nothing."""
     data = tiny_relevance_set()
-    gist = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")
-    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")
+    model = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
     runs = tmp_path / "runs"
     evaluate(data, model, [model], tmp_path / "a", device="cpu", prefix_ks=(1,), run_dir=runs)
     full = {name: (runs / entry["run"]).read_text() for name, entry in _cache(runs).items()}
@@ -782,13 +780,13 @@ def test_a_smaller_evaluation_into_the_run_folder_loses_no_cached_score(
         assert sorted((runs / entry["run"]).read_text().splitlines()) == sorted(full[name].splitlines())
     called: list[str] = []
     for method in ("score", "score_full"):
-        original = getattr(GistReranker, method)
+        original = getattr(Reranker, method)
 
-        def counted(self: GistReranker, query: str, items: list, _f=original) -> torch.Tensor:
+        def counted(self: Reranker, query: str, items: list, _f=original) -> torch.Tensor:
             called.append(query)
             return _f(self, query, items)
 
-        monkeypatch.setattr(GistReranker, method, counted)
+        monkeypatch.setattr(Reranker, method, counted)
     evaluate(data, model, [model], tmp_path / "c", device="cpu", prefix_ks=(1,), run_dir=runs)
     assert called == []
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import ITEMS, QUERY, mean_test_kl, toy_set, unboxed
 
-from reranker.core.config import LIKELIHOOD_TEMPLATE, GistConfig
-from reranker.core.model import GistReranker
+from reranker.core.config import LIKELIHOOD_TEMPLATE, RerankerConfig
+from reranker.core.model import Reranker
 from reranker.core.tiny_base import build_tiny_base
 from reranker.data.relevance_data import RelevanceSet
 from reranker.training.frozen_reader import (
@@ -39,12 +39,12 @@ RULES = {
 
 
 def _with_adapter(
-    reader: GistReranker, t: int = 0, rank: int = 4, seed: int = 0, windows: bool = False
-) -> GistReranker:
+    reader: Reranker, t: int = 0, rank: int = 4, seed: int = 0, windows: bool = False
+) -> Reranker:
     """`reader` + k = 3 gists and a gist adapter whose up-projection is random (a fresh one is zero, the
     reader itself): what a trained student looks like; `windows`: the gists under pooling windows."""
     layout = {"num_gist": 3, "keep_item_prefix": t, "gist_adapter_rank": rank, "gist_pool_windows": windows}
-    gist = GistConfig(**(reader.gist.model_dump() | layout))
+    gist = RerankerConfig(**(reader.gist.model_dump() | layout))
     model = reader.with_gist_config(gist)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -53,15 +53,15 @@ def _with_adapter(
 
 
 @pytest.fixture(params=list(RULES))
-def reader(request: pytest.FixtureRequest, tiny_base: Path) -> GistReranker:
-    gist = GistConfig(num_gist=3, max_item_tokens=64, dtype="float32", **RULES[request.param])
-    return GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+def reader(request: pytest.FixtureRequest, tiny_base: Path) -> Reranker:
+    gist = RerankerConfig(num_gist=3, max_item_tokens=64, dtype="float32", **RULES[request.param])
+    return Reranker.from_pretrained(tiny_base, gist, device="cpu")
 
 
 @pytest.mark.parametrize("windows", [False, True])
 @pytest.mark.parametrize("t", [0, 2])
 def test_online_path_equals_the_masked_forward_with_a_trained_adapter(
-    reader: GistReranker, t: int, windows: bool
+    reader: Reranker, t: int, windows: bool
 ) -> None:
     """`score(compress)` equals the reference (item + gists + query under the gist mask, the adapter at
     gist rows only), and the training path (gists over cached item K/V, read by `read_stored`) equals
@@ -80,7 +80,7 @@ def test_online_path_equals_the_masked_forward_with_a_trained_adapter(
     assert not torch.allclose(plain.score(QUERY, plain.compress(ITEMS)), online, atol=1e-3)
 
 
-def test_the_target_is_the_readers_full_context_score(reader: GistReranker) -> None:
+def test_the_target_is_the_readers_full_context_score(reader: Reranker) -> None:
     items, lens = stack_items(ItemKVCache(reader).get(ITEMS), reader.device)
     with torch.no_grad():
         targets = reader_scores(reader, QUERIES, items, lens)
@@ -88,7 +88,7 @@ def test_the_target_is_the_readers_full_context_score(reader: GistReranker) -> N
             torch.testing.assert_close(row, reader.score_full(query, ITEMS), rtol=1e-4, atol=1e-4)
 
 
-def test_item_kv_is_the_readers_whatever_the_gist_parameters(reader: GistReranker) -> None:
+def test_item_kv_is_the_readers_whatever_the_gist_parameters(reader: Reranker) -> None:
     """The reader is really frozen on item rows: in compression's forward (item + gists) the item
     columns' K/V are the reader's own, with a trained adapter or none; the gists' are not."""
     adapted = _with_adapter(reader)
@@ -113,8 +113,8 @@ def test_item_kv_is_the_readers_whatever_the_gist_parameters(reader: GistReranke
 @pytest.fixture
 def reader_path(tiny_base: Path, tmp_path: Path) -> Path:
     """The tiny base saved as a float32 reader (items up to 64 tokens), as `train-gists --reader` takes it."""
-    return GistReranker.from_pretrained(
-        tiny_base, GistConfig(dtype="float32", max_item_tokens=64)
+    return Reranker.from_pretrained(
+        tiny_base, RerankerConfig(dtype="float32", max_item_tokens=64)
     ).save_pretrained(tmp_path / "reader")
 
 
@@ -143,7 +143,7 @@ def test_a_few_steps_of_distillation_beat_untrained_gists_and_move_no_reader_wei
     assert trainer.items.computed == len(trainer.items.held) <= 16  # each item's forward ran once
     for name, p in trainer.reader.named_parameters():
         torch.testing.assert_close(p, body_before[name], rtol=0, atol=0)
-    trained = GistReranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
+    trained = Reranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
     assert trained.gist.gist_adapter_rank == 4 and trained.fingerprint == trainer.model.fingerprint
     after = mean_test_kl(trained, trainer.reader, data)
     # measured: 0.118 → 0.053; at lr 1e-6 (no learning) it stays at 0.117
@@ -172,8 +172,8 @@ def test_the_per_token_kl_trains_a_likelihood_readers_gists_and_is_refused_for_a
     tiny_base: Path, tmp_path: Path
 ) -> None:
     data = toy_set()
-    ql = GistConfig(dtype="float32", max_item_tokens=64, **RULES["query_likelihood"])
-    reader_path = GistReranker.from_pretrained(tiny_base, ql).save_pretrained(tmp_path / "ql")
+    ql = RerankerConfig(dtype="float32", max_item_tokens=64, **RULES["query_likelihood"])
+    reader_path = Reranker.from_pretrained(tiny_base, ql).save_pretrained(tmp_path / "ql")
     cfg = FrozenGistConfig(
         reader=str(reader_path),
         num_gist=4,
@@ -191,7 +191,7 @@ def test_the_per_token_kl_trains_a_likelihood_readers_gists_and_is_refused_for_a
     assert curve[0]["token_kl"] > 0
     # measured: 0.292 → 0.209; with token_kl_weight 0 (the list-wise KL alone) 0.292 → 0.331
     assert after < 0.85 * before, (before, after)
-    head = GistReranker.from_pretrained(tiny_base, GistConfig(dtype="float32")).save_pretrained(
+    head = Reranker.from_pretrained(tiny_base, RerankerConfig(dtype="float32")).save_pretrained(
         tmp_path / "h"
     )
     with pytest.raises(ValueError, match="query-likelihood reader"):
@@ -203,15 +203,15 @@ def test_a_run_continues_from_a_checkpoint_over_the_same_reader_only(
 ) -> None:
     first = FrozenGistConfig(reader=str(reader_path), num_gist=4, adapter_rank=4, steps=3, lr=2e-2)
     FrozenGistTrainer(first, toy_set(), tmp_path / "first", device="cpu").fit(progress=False)
-    ckpt = GistReranker.from_pretrained(tmp_path / "first" / "checkpoint", device="cpu")
+    ckpt = Reranker.from_pretrained(tmp_path / "first" / "checkpoint", device="cpu")
     again = first.model_copy(update={"init_from": str(tmp_path / "first" / "checkpoint")})
     trainer = FrozenGistTrainer(again, toy_set(), tmp_path / "again", device="cpu")
     torch.testing.assert_close(trainer.model.gist_embeddings, ckpt.gist_embeddings, rtol=0, atol=0)
     torch.testing.assert_close(trainer.model.gist_adapter.up, ckpt.gist_adapter.up, rtol=0, atol=0)
     assert trainer.model.lm is trainer.reader.lm  # one body, the frozen reader's
     other_base = build_tiny_base(tmp_path / "other-base", seed=1)  # another body
-    other = GistReranker.from_pretrained(
-        other_base, GistConfig(dtype="float32", max_item_tokens=64)
+    other = Reranker.from_pretrained(
+        other_base, RerankerConfig(dtype="float32", max_item_tokens=64)
     ).save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="another reader"):
         FrozenGistTrainer(again.model_copy(update={"reader": str(other)}), toy_set(), tmp_path / "x")
@@ -381,7 +381,7 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    model = GistReranker.from_pretrained(out / "checkpoint", device="cpu")
+    model = Reranker.from_pretrained(out / "checkpoint", device="cpu")
     assert (model.gist.compressor, model.gist.num_gist, model.gist.gist_adapter_rank) == ("gist", 2, 2)
     assert len(list((tmp_path / "kv").glob("*/*.kv"))) > 0  # the reader's item K/V, kept as codec blobs
     assert len((out / "curve.jsonl").read_text().splitlines()) == 3

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.core.checkpoints import DEFAULT_MODEL, PREFIX64_MODEL, split_spec
 from reranker.core.fusion import Fusion, interpolate, reciprocal_rank_fusion, served_fusion
 from reranker.core.model_refs import ModelReferenceError, check_model_ref
@@ -87,7 +87,7 @@ def test_weight_one_keeps_the_rerankers_order_and_zero_the_first_stages(data, we
 
 # --------------------------------------------------------------------------------- the model's setting
 def test_fusion_is_a_reading_setting_in_the_reader_fingerprint_only(tiny_base: Path) -> None:
-    one = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    one = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=4, dtype="float32"), device="cpu")
     other = one.with_gist_config(one.gist.model_copy(update={"fusion": "rrf:0.7"}))
     assert one.fusion == Fusion("linear", 0.5) and other.fusion == Fusion("rrf", 0.7, 60)
     assert other.fingerprint == one.fingerprint  # the same stored units serve both
@@ -104,7 +104,7 @@ def test_fusion_is_a_reading_setting_in_the_reader_fingerprint_only(tiny_base: P
     assert split_spec(PREFIX64_MODEL)[1]["fusion"] == "linear:0.4"
 
 
-def test_rank_and_predict_fuse_as_served(tiny_model: GistReranker) -> None:
+def test_rank_and_predict_fuse_as_served(tiny_model: Reranker) -> None:
     texts = ["acme phone 256GB", "blue kettle", "usb cable", "phone case"]
     first = [1.0, 9.0, 3.0, 2.0]
     own = tiny_model.score(QUERY, tiny_model.compress(texts)).tolist()

@@ -14,16 +14,16 @@ from helpers import CATALOG_ITEMS, ITEMS, QUERY, CountingStore, catalog_row, mak
 
 from reranker.core import kv_codec, layout
 from reranker.core.compressors.select import _chosen
-from reranker.core.config import GistConfig, template_for
+from reranker.core.config import RerankerConfig, template_for
 from reranker.core.errors import FingerprintMismatchError
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.serving.status import Status
 
 pytestmark = [pytest.mark.select, pytest.mark.kvzip]
 
 
-def adaptive(base: Path, k: int = 4, t: int = 0, scorer: str = "snapkv", **extra: object) -> GistReranker:
-    gist = GistConfig(
+def adaptive(base: Path, k: int = 4, t: int = 0, scorer: str = "snapkv", **extra: object) -> Reranker:
+    gist = RerankerConfig(
         num_gist=k,
         keep_item_prefix=t,
         compressor="select",
@@ -32,7 +32,7 @@ def adaptive(base: Path, k: int = 4, t: int = 0, scorer: str = "snapkv", **extra
         dtype="float32",
         **extra,
     )
-    return GistReranker.from_pretrained(base, gist, device="cpu")
+    return Reranker.from_pretrained(base, gist, device="cpu")
 
 
 def assert_scores_equal(online: torch.Tensor, expected: torch.Tensor) -> None:

@@ -10,7 +10,7 @@ import torch
 from helpers import ITEMS, QUERY
 
 from monitoring.metrics import ITEMS_TRUNCATED
-from reranker import EmptyInputError, GistConfig, GistReranker, KVFormatError, QueryTooLongError
+from reranker import EmptyInputError, KVFormatError, QueryTooLongError, Reranker, RerankerConfig
 from reranker.catalog.events import ItemFields
 from streaming.materialize import compress_rows
 
@@ -20,7 +20,7 @@ from streaming.materialize import compress_rows
 def test_kv_bytes_match_formula(
     tiny_bases: dict[str, Path], arch: str, dtype: str, bytes_per_elem: int
 ) -> None:
-    model = GistReranker.from_pretrained(tiny_bases[arch], GistConfig(num_gist=8, dtype=dtype), device="cpu")
+    model = Reranker.from_pretrained(tiny_bases[arch], RerankerConfig(num_gist=8, dtype=dtype), device="cpu")
     cfg = model.lm.config
     head_dim = cfg.hidden_size // cfg.num_attention_heads  # both tiny configs use the default head size
     kv = model.compress(ITEMS[:1])[0]
@@ -30,14 +30,14 @@ def test_kv_bytes_match_formula(
 
 
 @pytest.mark.parametrize("query", ["", "   \n"])
-def test_empty_query(tiny_model: GistReranker, query: str) -> None:
+def test_empty_query(tiny_model: Reranker, query: str) -> None:
     kvs = tiny_model.compress(ITEMS[:1])
     for call in (lambda: tiny_model.score(query, kvs), lambda: tiny_model.score_masked(query, ITEMS[:1])):
         with pytest.raises(EmptyInputError, match="query is empty"):
             call()
 
 
-def test_empty_candidates_and_items(tiny_model: GistReranker) -> None:
+def test_empty_candidates_and_items(tiny_model: Reranker) -> None:
     with pytest.raises(EmptyInputError, match="no candidates"):
         tiny_model.score(QUERY, [])
     with pytest.raises(EmptyInputError, match="no items"):
@@ -46,16 +46,16 @@ def test_empty_candidates_and_items(tiny_model: GistReranker) -> None:
         tiny_model.compress(["ok", " "])
 
 
-def test_query_over_limit_is_rejected(tiny_model: GistReranker) -> None:
+def test_query_over_limit_is_rejected(tiny_model: Reranker) -> None:
     kvs = tiny_model.compress(ITEMS[:1])
     with pytest.raises(QueryTooLongError, match="over the limit max_query_tokens=64"):
         tiny_model.score("phone " * 200, kvs)
 
 
 def test_item_over_limit_is_truncated_and_counted(tiny_base: Path) -> None:
-    """The core flags truncation on the GistKV; the pipeline that compresses counts it."""
-    model = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, max_item_tokens=16, dtype="float32"), device="cpu"
+    """The core flags truncation on the StoredUnit; the pipeline that compresses counts it."""
+    model = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=4, max_item_tokens=16, dtype="float32"), device="cpu"
     )
     kvs = model.compress(["a short one", ITEMS[2]])
     assert [kv.truncated for kv in kvs] == [False, True]
@@ -70,7 +70,7 @@ def test_item_over_limit_is_truncated_and_counted(tiny_base: Path) -> None:
     assert ITEMS_TRUNCATED._value.get() == before + 1
 
 
-def test_malformed_kv_is_refused(tiny_model: GistReranker) -> None:
+def test_malformed_kv_is_refused(tiny_model: Reranker) -> None:
     kv = tiny_model.compress(ITEMS[:1])[0]
     bad = {
         "dtype": dataclasses.replace(kv, kv=kv.kv.to(torch.bfloat16)),

@@ -16,7 +16,7 @@ from services import kafka_env
 from typer.testing import CliRunner
 
 from localservices.kafka_broker import KafkaBroker
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.catalog.events import ChangeEvent, ItemFields
 from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 from reranker.catalog.publisher import PublishError, publish_events
@@ -64,7 +64,7 @@ def upsert(item_id: str, version: int) -> ChangeEvent:
 
 
 def test_only_the_granted_roles_write_the_change_topic_and_the_consumer_does_its_job(
-    broker: KafkaBroker, tiny_model: GistReranker, tmp_path: Path
+    broker: KafkaBroker, tiny_model: Reranker, tmp_path: Path
 ) -> None:
     admin = as_user(broker, "admin")
     env = kafka_env(admin) | {

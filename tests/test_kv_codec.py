@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load, save
 
-from reranker import FingerprintMismatchError, GistConfig, GistKV, GistReranker
+from reranker import FingerprintMismatchError, Reranker, RerankerConfig, StoredUnit
 from reranker.core.kv_codec import (
     FORMAT_VERSION,
     HEADER_SIZE,
@@ -44,12 +44,12 @@ FUZZ = settings(deadline=None, max_examples=200, suppress_health_check=[HealthCh
 
 
 @pytest.fixture(scope="module")
-def kvs(tiny_model: GistReranker) -> list[GistKV]:
+def kvs(tiny_model: Reranker) -> list[StoredUnit]:
     return tiny_model.compress(ITEMS)
 
 
 @pytest.fixture(scope="module")
-def blob(kvs: list[GistKV]) -> bytes:
+def blob(kvs: list[StoredUnit]) -> bytes:
     return encode(kvs[0], CONTENT_HASH, "float16")
 
 
@@ -69,7 +69,7 @@ def payload_parts(blob: bytes) -> tuple[dict[str, torch.Tensor], dict[str, str]]
 # ----------------------------------------------------------------------------------------- round trips
 @pytest.mark.parametrize("source", list(FLOATS))
 @pytest.mark.parametrize("storage", list(FLOATS))
-def test_float_round_trip_is_exact(kvs: list[GistKV], source: str, storage: str) -> None:
+def test_float_round_trip_is_exact(kvs: list[StoredUnit], source: str, storage: str) -> None:
     for kv in kvs:
         src = dataclasses.replace(kv, kv=kv.kv.to(FLOATS[source]))
         decoded = decode(encode(src, CONTENT_HASH, storage))
@@ -81,7 +81,7 @@ def test_float_round_trip_is_exact(kvs: list[GistKV], source: str, storage: str)
         assert torch.equal(as_stored, src.kv.to(FLOATS[storage]))
 
 
-def test_default_storage_dtype_is_the_kv_dtype(kvs: list[GistKV]) -> None:
+def test_default_storage_dtype_is_the_kv_dtype(kvs: list[StoredUnit]) -> None:
     decoded = decode(encode(kvs[0], CONTENT_HASH))
     assert decoded.storage_dtype == "float32"
     assert torch.equal(decoded.kv.kv, kvs[0].kv)
@@ -95,7 +95,7 @@ def _int8_bounds(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([k_bound, v_bound], dim=1)
 
 
-def test_int8_round_trip_within_half_step(kvs: list[GistKV]) -> None:
+def test_int8_round_trip_within_half_step(kvs: list[StoredUnit]) -> None:
     for kv in kvs:
         decoded = decode(encode(kv, CONTENT_HASH, "int8"))
         assert decoded.storage_dtype == "int8" and decoded.kv.dtype == torch.float32
@@ -104,7 +104,7 @@ def test_int8_round_trip_within_half_step(kvs: list[GistKV]) -> None:
         assert err.max() <= kv.kv.abs().max() / 254 * (1 + 1e-5)
 
 
-def test_int8_outlier_key_channel_does_not_coarsen_the_others(kvs: list[GistKV]) -> None:
+def test_int8_outlier_key_channel_does_not_coarsen_the_others(kvs: list[StoredUnit]) -> None:
     """Why keys are scaled per channel: one huge RoPE channel must not cost the others their precision."""
     x = kvs[0].kv.clone()
     x[:, 0, :, :, 3] *= 1000
@@ -116,12 +116,12 @@ def test_int8_outlier_key_channel_does_not_coarsen_the_others(kvs: list[GistKV])
     assert err.max() < x[:, 0, :, :, 3].abs().max() / 254 / 100
 
 
-def test_int8_all_zero_groups_round_trip(kvs: list[GistKV]) -> None:
+def test_int8_all_zero_groups_round_trip(kvs: list[StoredUnit]) -> None:
     zeros = dataclasses.replace(kvs[0], kv=torch.zeros_like(kvs[0].kv))
     assert torch.equal(decode(encode(zeros, CONTENT_HASH, "int8")).kv.kv, zeros.kv)
 
 
-def test_metadata_round_trips(kvs: list[GistKV], tiny_model: GistReranker) -> None:
+def test_metadata_round_trips(kvs: list[StoredUnit], tiny_model: Reranker) -> None:
     kv = dataclasses.replace(kvs[2], truncated=True)
     for storage in [*FLOATS, "int8"]:
         decoded = decode(encode(kv, CONTENT_HASH, storage), expected_fingerprint=tiny_model.fingerprint)
@@ -138,8 +138,8 @@ def test_metadata_round_trips(kvs: list[GistKV], tiny_model: GistReranker) -> No
 @pytest.mark.parametrize("storage", [*FLOATS, "int8"])
 def test_hybrid_prefix_round_trips(tiny_base: Path, storage: str) -> None:
     """Hybrid entries (p prefix columns + k gists, p < t for short items) keep their layout."""
-    model = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, keep_item_prefix=12, dtype="float32"), device="cpu"
+    model = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=4, keep_item_prefix=12, dtype="float32"), device="cpu"
     )
     kvs = model.compress(ITEMS)
     assert len({kv.prefix_tokens for kv in kvs}) > 1
@@ -152,7 +152,7 @@ def test_hybrid_prefix_round_trips(tiny_base: Path, storage: str) -> None:
     )
 
 
-def test_scores_from_decoded_kv_equal_the_originals(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
+def test_scores_from_decoded_kv_equal_the_originals(tiny_model: Reranker, kvs: list[StoredUnit]) -> None:
     original = tiny_model.score(QUERY, kvs)
     exact = [decode(encode(kv, CONTENT_HASH), expected_fingerprint=tiny_model.fingerprint).kv for kv in kvs]
     assert torch.equal(tiny_model.score(QUERY, exact), original)
@@ -169,7 +169,7 @@ def test_decoded_tensor_owns_its_memory(blob: bytes) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ size
-def test_fp16_blob_is_the_formula_plus_a_small_overhead(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
+def test_fp16_blob_is_the_formula_plus_a_small_overhead(tiny_model: Reranker, kvs: list[StoredUnit]) -> None:
     kv = kvs[0]
     formula = kv_nbytes_formula(
         tiny_model.num_layers, kv.positions, tiny_model.num_kv_heads, tiny_model.head_dim, 2
@@ -179,7 +179,7 @@ def test_fp16_blob_is_the_formula_plus_a_small_overhead(tiny_model: GistReranker
     assert HEADER_SIZE < overhead <= 640  # frame + safetensors header with metadata, independent of size
 
 
-def test_int8_blob_size(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
+def test_int8_blob_size(tiny_model: Reranker, kvs: list[StoredUnit]) -> None:
     kv = kvs[0]
     layers, heads, k, h = tiny_model.num_layers, tiny_model.num_kv_heads, kv.positions, tiny_model.head_dim
     data = kv_nbytes_formula(layers, k, heads, h, 1) + 4 * layers * heads * (h + k)  # int8 + fp32 scales
@@ -189,7 +189,7 @@ def test_int8_blob_size(tiny_model: GistReranker, kvs: list[GistKV]) -> None:
 
 @pytest.mark.parametrize("storage", STORAGE_DTYPES)
 def test_payload_nbytes_is_the_blob_less_its_header(
-    tiny_model: GistReranker, kvs: list[GistKV], storage: str
+    tiny_model: Reranker, kvs: list[StoredUnit], storage: str
 ) -> None:
     """What evaluation reports as bytes per item: the blob's tensor bytes, its header aside (a constant:
     the frame, the metadata and one header entry per tensor — five for int4 / int2)."""
@@ -261,7 +261,7 @@ def test_other_version_is_refused(blob: bytes) -> None:
     assert info.value.version == FORMAT_VERSION + 1
 
 
-def test_a_blob_of_the_previous_release_is_refused_with_what_to_do(tiny_model: GistReranker) -> None:
+def test_a_blob_of_the_previous_release_is_refused_with_what_to_do(tiny_model: Reranker) -> None:
     """Format 2 (written by the release before units named their compressor; the fixture is a real
     blob of `tiny_model`, encoded by that release) is refused, never guessed: the message says that
     serving recomputes the row and how to rewrite the store. `read_kv` raises the same `KVBlobError`,
@@ -276,9 +276,9 @@ def test_a_blob_of_the_previous_release_is_refused_with_what_to_do(tiny_model: G
         tiny_model.read_kv(old)
 
 
-def test_foreign_fingerprint_is_refused(tiny_base: Path, tiny_model: GistReranker) -> None:
-    other = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, max_item_tokens=512, dtype="float32"), device="cpu"
+def test_foreign_fingerprint_is_refused(tiny_base: Path, tiny_model: Reranker) -> None:
+    other = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=4, max_item_tokens=512, dtype="float32"), device="cpu"
     )
     assert other.fingerprint != tiny_model.fingerprint
     foreign = encode(other.compress(ITEMS[:1])[0], CONTENT_HASH)
@@ -333,7 +333,7 @@ def test_bad_metadata_with_valid_checksum_is_refused(blob: bytes, change: dict[s
         decode(_tampered(blob, change))
 
 
-def test_bad_tensors_with_valid_checksum_are_refused(kvs: list[GistKV], blob: bytes) -> None:
+def test_bad_tensors_with_valid_checksum_are_refused(kvs: list[StoredUnit], blob: bytes) -> None:
     tensors, _ = payload_parts(blob)
     nan = tensors["kv"].clone()
     nan[0, 0, 0, 0, 0] = float("nan")
@@ -358,8 +358,8 @@ def test_bad_tensors_with_valid_checksum_are_refused(kvs: list[GistKV], blob: by
 
 def test_bad_per_head_shares_with_valid_checksum_are_refused(tiny_base: Path, blob: bytes) -> None:
     """Per-head budgets (`head_budgets="per_head"`): the shares must say where every packed column goes."""
-    gist = GistConfig(num_gist=4, compressor="select", select_head_budget="adaptive", dtype="float32")
-    model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+    gist = RerankerConfig(num_gist=4, compressor="select", select_head_budget="adaptive", dtype="float32")
+    model = Reranker.from_pretrained(tiny_base, gist, device="cpu")
     ragged = encode(next(u for u in model.compress(ITEMS) if u.head_tails is not None), CONTENT_HASH)
     tensors, _ = payload_parts(ragged)
     shares = tensors["head_tails"]
@@ -381,7 +381,7 @@ def test_bad_per_head_shares_with_valid_checksum_are_refused(tiny_base: Path, bl
             decode(bad)
 
 
-def test_encode_refuses_what_it_cannot_store_faithfully(kvs: list[GistKV]) -> None:
+def test_encode_refuses_what_it_cannot_store_faithfully(kvs: list[StoredUnit]) -> None:
     with pytest.raises(ValueError, match="storage_dtype"):
         encode(kvs[0], CONTENT_HASH, "float8")
     with pytest.raises(ValueError, match="content_hash"):
@@ -401,7 +401,7 @@ def _decode_or_typed_error(data: bytes) -> None:
         decoded = decode(data)
     except KVBlobError:
         return
-    assert isinstance(decoded.kv, GistKV)
+    assert isinstance(decoded.kv, StoredUnit)
 
 
 @FUZZ
@@ -483,7 +483,7 @@ def _dequantized(blob: bytes, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.lowbit
 @pytest.mark.parametrize("storage", list(LOWBIT))
 def test_lowbit_decode_is_exactly_the_stored_codes_and_within_their_bound(
-    kvs: list[GistKV], storage: str
+    kvs: list[StoredUnit], storage: str
 ) -> None:
     bits = LOWBIT[storage]
     for kv in kvs:
@@ -499,7 +499,7 @@ def test_lowbit_decode_is_exactly_the_stored_codes_and_within_their_bound(
 
 @pytest.mark.lowbit
 @pytest.mark.parametrize("storage", list(LOWBIT))
-def test_lowbit_keys_per_channel_values_per_position(kvs: list[GistKV], storage: str) -> None:
+def test_lowbit_keys_per_channel_values_per_position(kvs: list[StoredUnit], storage: str) -> None:
     """An outlier key channel (RoPE) or value position coarsens only its own groups."""
     x = kvs[0].kv.clone()
     x[:, 0, :, :, 3] *= 1000
@@ -518,7 +518,7 @@ def test_lowbit_keys_per_channel_values_per_position(kvs: list[GistKV], storage:
 @pytest.mark.lowbit
 @pytest.mark.parametrize("storage", list(LOWBIT))
 def test_lowbit_constant_groups_and_the_size_formula(
-    tiny_model: GistReranker, kvs: list[GistKV], storage: str
+    tiny_model: Reranker, kvs: list[StoredUnit], storage: str
 ) -> None:
     zeros = dataclasses.replace(kvs[0], kv=torch.zeros_like(kvs[0].kv))
     assert torch.equal(decode(encode(zeros, CONTENT_HASH, storage)).kv.kv, zeros.kv)
@@ -538,7 +538,7 @@ def test_lowbit_constant_groups_and_the_size_formula(
 @pytest.mark.lowbit
 @pytest.mark.parametrize("storage", list(LOWBIT))
 def test_lowbit_scores_stay_near_the_originals(
-    tiny_model: GistReranker, kvs: list[GistKV], storage: str
+    tiny_model: Reranker, kvs: list[StoredUnit], storage: str
 ) -> None:
     """The decoded unit is scored as any other (the model's dtype, its layout); the scores move with the
     quantisation error, more at 2 bits than at 4."""
@@ -554,7 +554,7 @@ def test_lowbit_scores_stay_near_the_originals(
 @FUZZ
 @given(data=st.data(), storage=st.sampled_from(list(LOWBIT)))
 def test_lowbit_blob_byte_flips_and_truncations_are_detected(
-    kvs: list[GistKV], data: st.DataObject, storage: str
+    kvs: list[StoredUnit], data: st.DataObject, storage: str
 ) -> None:
     blob = encode(kvs[1], CONTENT_HASH, storage)
     offset = data.draw(st.integers(0, len(blob) - 1))
@@ -565,7 +565,7 @@ def test_lowbit_blob_byte_flips_and_truncations_are_detected(
 
 
 @pytest.mark.lowbit
-def test_lowbit_parameters_that_cannot_decode_are_refused(kvs: list[GistKV]) -> None:
+def test_lowbit_parameters_that_cannot_decode_are_refused(kvs: list[StoredUnit]) -> None:
     blob = encode(kvs[0], CONTENT_HASH, "int4")
     tensors, _ = payload_parts(blob)
     for name, value in (

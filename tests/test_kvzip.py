@@ -10,17 +10,17 @@ import torch
 from helpers import ITEMS, QUERY
 
 from reranker.core.compressors.select import selected_columns
-from reranker.core.config import GistConfig, template_for
-from reranker.core.model import GistReranker
+from reranker.core.config import RerankerConfig, template_for
+from reranker.core.model import Reranker
 
 pytestmark = [pytest.mark.kvzip, pytest.mark.select]
 
 
-def kvzip(base: Path, k: int = 4, t: int = 0, **extra: object) -> GistReranker:
-    gist = GistConfig(
+def kvzip(base: Path, k: int = 4, t: int = 0, **extra: object) -> Reranker:
+    gist = RerankerConfig(
         num_gist=k, keep_item_prefix=t, compressor="select", select_scorer="kvzip", dtype="float32", **extra
     )
-    return GistReranker.from_pretrained(base, gist, device="cpu")
+    return Reranker.from_pretrained(base, gist, device="cpu")
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -45,8 +45,8 @@ def test_kvzip_keeps_the_same_columns_whatever_the_query_template(tiny_base: Pat
     )
     for a, b in zip(plain, other, strict=True):
         assert torch.equal(a, b)
-    snap = GistConfig(num_gist=4, compressor="select", dtype="float32")
-    snapkv = GistReranker.from_pretrained(tiny_base, snap, device="cpu")
+    snap = RerankerConfig(num_gist=4, compressor="select", dtype="float32")
+    snapkv = Reranker.from_pretrained(tiny_base, snap, device="cpu")
     chosen = selected_columns(snapkv, item_ids)
     assert any(not torch.equal(a, b) for a, b in zip(plain, chosen, strict=True))  # the scorer matters
 
@@ -54,7 +54,7 @@ def test_kvzip_keeps_the_same_columns_whatever_the_query_template(tiny_base: Pat
 def test_kvzip_is_part_of_the_fingerprint(tiny_base: Path) -> None:
     """K/V kept by one scorer must not be read as the other's (the default leaves existing fingerprints
     as they were: tests/test_fingerprint.py pins the shipped ones)."""
-    snap = GistReranker.from_pretrained(tiny_base, GistConfig(compressor="select"), device="cpu")
+    snap = Reranker.from_pretrained(tiny_base, RerankerConfig(compressor="select"), device="cpu")
     assert kvzip(tiny_base).fingerprint != snap.fingerprint
 
 

@@ -16,23 +16,23 @@ from sqlalchemy.exc import OperationalError
 from reranker.catalog.database import Catalog
 from reranker.core import kv_codec
 from reranker.core.errors import EmptyInputError
-from reranker.core.kv import GistKV
+from reranker.core.kv import StoredUnit
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.serving.status import Status
 from reranker.store import GistRow
 from streaming.materialize import compress_rows
 
 
-def row_for(model, catalog: Catalog, item_id: str, kv: GistKV | None = None) -> GistRow:
+def row_for(model, catalog: Catalog, item_id: str, kv: StoredUnit | None = None) -> GistRow:
     """`catalog_row` holding `kv`, by default `model`'s K/V of the item."""
     return catalog_row(catalog, item_id, kv or model.compress([text_of(catalog, item_id)])[0])
 
 
 # ------------------------------------------------------------------------------------------------ L1
-def fake_kv(nbytes: int, tag: str = "x") -> GistKV:
+def fake_kv(nbytes: int, tag: str = "x") -> StoredUnit:
     assert nbytes % 8 == 0  # K and V of fp32 channels: 8 bytes per channel
     kv = torch.zeros(1, 2, 1, 1, nbytes // 8)
-    return GistKV(kv, fingerprint=tag, compressor="prefix", budget=1, item_tokens=1, query_start=1)
+    return StoredUnit(kv, fingerprint=tag, compressor="prefix", budget=1, item_tokens=1, query_start=1)
 
 
 def test_l1_is_bounded_in_bytes_and_evicts_least_recently_used() -> None:
@@ -180,7 +180,7 @@ def test_a_miss_serves_what_its_row_will_hold(tiny_model, catalog, tmp_path) -> 
     lookup.refresh.close()
 
 
-def _foreign_kv(kv: GistKV) -> GistKV:
+def _foreign_kv(kv: StoredUnit) -> StoredUnit:
     return dataclasses.replace(kv, fingerprint="0" * 32)
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import ITEMS, QUERY, forward_scores
 
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.core import layout
 
 
@@ -15,7 +15,7 @@ def clearly_differ(a: torch.Tensor, b: torch.Tensor) -> bool:
     return float((a - b).abs().max()) > 1e-3 * float(b.abs().max())
 
 
-def test_gist_mask_matters(tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gist_mask_matters(tiny_model: Reranker, monkeypatch: pytest.MonkeyPatch) -> None:
     masked = tiny_model.score_masked(QUERY, ITEMS)
     monkeypatch.setattr(
         layout, "training_mask", lambda _items, _k, lens, total, *_: layout.full_mask(lens, total)
@@ -38,7 +38,7 @@ def test_gist_mask_matters(tiny_model: GistReranker, monkeypatch: pytest.MonkeyP
     ids=["from-zero", "from-cache-length", "one-early", "one-late"],
 )
 def test_renumbered_query_positions_break_equivalence(
-    tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch, wrong_positions
+    tiny_model: Reranker, monkeypatch: pytest.MonkeyPatch, wrong_positions
 ) -> None:
     reference = tiny_model.score_masked(QUERY, ITEMS)
     kvs = tiny_model.compress(ITEMS)
@@ -47,7 +47,7 @@ def test_renumbered_query_positions_break_equivalence(
     assert clearly_differ(tiny_model.score(QUERY, kvs), reference)
 
 
-def test_zero_filled_item_placeholders_break_equivalence(tiny_model: GistReranker) -> None:
+def test_zero_filled_item_placeholders_break_equivalence(tiny_model: Reranker) -> None:
     """Zeros in place of the item 'because they are masked': the gists then summarise nothing."""
     reference = tiny_model.score_masked(QUERY, ITEMS)
     q = tiny_model.query_tail(QUERY)

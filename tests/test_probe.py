@@ -10,7 +10,7 @@ import pytest
 import torch
 from tiny import GIST, tiny_relevance_set, train_config
 
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.evaluation import probe
 from reranker.evaluation.probe import attention, probe_states, query_states, state_gap
 from reranker.training.trainer import Trainer
@@ -18,7 +18,7 @@ from reranker.training.trainer import Trainer
 
 @pytest.fixture
 def checkpoint(tiny_base: Path, tmp_path: Path) -> Path:
-    return GistReranker.from_pretrained(str(tiny_base), GIST, device="cpu").save_pretrained(tmp_path / "ckpt")
+    return Reranker.from_pretrained(str(tiny_base), GIST, device="cpu").save_pretrained(tmp_path / "ckpt")
 
 
 def test_probe_scores_a_perfect_and_an_item_blind_student(
@@ -40,7 +40,7 @@ def test_probe_scores_a_perfect_and_an_item_blind_student(
         out = tmp_path / f"{name}.json"
         rows[name] = probe_states(data, checkpoint, checkpoint, out, queries=2, candidates=3, device="cpu")
         assert json.loads(out.read_text())["rows"] == rows[name]
-    layers = GistReranker.from_pretrained(checkpoint, device="cpu").lm.config.num_hidden_layers
+    layers = Reranker.from_pretrained(checkpoint, device="cpu").lm.config.num_hidden_layers
     assert [r["layer"] for r in rows["perfect"]] == list(range(1, layers + 1))
     for perfect, blind in zip(rows["perfect"], rows["blind"], strict=True):
         assert 0.0 < perfect["share"] < 1.0 and perfect["share"] == pytest.approx(blind["share"])
@@ -88,9 +88,7 @@ def test_probe_autoencoding_control_sees_what_the_gists_tell(tiny_base: Path, tm
     gists than from another item's, and than from a one-field variant's (the same query's next
     candidate); untrained, it cannot tell them apart."""
     data = tiny_relevance_set()
-    untrained = GistReranker.from_pretrained(str(tiny_base), GIST, device="cpu").save_pretrained(
-        tmp_path / "u"
-    )
+    untrained = Reranker.from_pretrained(str(tiny_base), GIST, device="cpu").save_pretrained(tmp_path / "u")
     cfg = train_config(tiny_base, steps=40, listwise=0.0, autoencode=1.0, autoencode_tokens=12)
     Trainer(cfg, data, tmp_path / "ae", device="cpu").fit(progress=False)
     gaps, variants = {}, {}
@@ -109,7 +107,7 @@ def test_attention_weights_obey_each_layout(tiny_base: Path) -> None:
     """`attention` returns the weights the forward used: rows are distributions over the columns the
     mask allows, exactly 0 elsewhere (the query never reads hidden item tokens), and the model keeps
     its own attention implementation afterwards."""
-    model = GistReranker.from_pretrained(
+    model = Reranker.from_pretrained(
         str(tiny_base), GIST.model_copy(update={"keep_item_prefix": 3}), device="cpu"
     )
     before = model.lm.config._attn_implementation
@@ -154,7 +152,7 @@ def test_probe_reads_a_likelihood_student_with_the_teachers_body_on_its_query(
     """A query-likelihood student writes its query differently (another template, no score token); the
     teacher is probed on the same query rows, so every layer still compares position by position."""
     ql = GIST.model_copy(update={"score_rule": "query_likelihood", "query_template": "\nAsked:\n{query}"})
-    student = GistReranker.from_pretrained(str(tiny_base), ql, device="cpu").save_pretrained(tmp_path / "ql")
+    student = Reranker.from_pretrained(str(tiny_base), ql, device="cpu").save_pretrained(tmp_path / "ql")
     rows = probe_states(
         tiny_relevance_set(), checkpoint, student, tmp_path / "p.json", queries=2, device="cpu"
     )
@@ -165,7 +163,7 @@ def test_probe_reads_a_likelihood_student_with_the_teachers_body_on_its_query(
 def test_query_states_are_the_scored_forward(checkpoint: Path, full: bool) -> None:
     """The tail states the probe compares are the query's own: their last layer at the score token,
     through the final norm and the head, is exactly the score."""
-    model = GistReranker.from_pretrained(checkpoint, device="cpu")
+    model = Reranker.from_pretrained(checkpoint, device="cpu")
     items = [i.text for i in list(tiny_relevance_set().items.values())[:4]]
     states = query_states(model, "256GB phone", items, full)
     reference = model.score_full("256GB phone", items) if full else model.score_masked("256GB phone", items)

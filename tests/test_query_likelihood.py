@@ -10,17 +10,17 @@ from helpers import ITEMS, QUERY
 from test_equivalence import assert_scores_equal
 from tiny import GIST, tiny_relevance_set, train_config
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.training.forwards import score_packed
 from reranker.training.trainer import Trainer
 
 TEMPLATE = "\nAsked:\n{query}"  # nothing after the query: every scored token is the query's own
-QL = GistConfig(num_gist=4, score_rule="query_likelihood", query_template=TEMPLATE, dtype="float32")
+QL = RerankerConfig(num_gist=4, score_rule="query_likelihood", query_template=TEMPLATE, dtype="float32")
 QL_TINY = GIST.model_copy(update=QL.query_reading)  # the tiny training runs' gisting, read by likelihood
 
 
-def ql_model(base: Path, **update: object) -> GistReranker:
-    return GistReranker.from_pretrained(base, QL.model_copy(update=update), device="cpu")
+def ql_model(base: Path, **update: object) -> Reranker:
+    return Reranker.from_pretrained(base, QL.model_copy(update=update), device="cpu")
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -54,7 +54,7 @@ def test_online_sequence_holds_only_the_query(tiny_base: Path) -> None:
     """No score token: ℓ is the templated query's own length."""
     model = ql_model(tiny_base)
     assert model.tail_length(QUERY) == len(model.query_ids(QUERY))
-    head = GistReranker.from_pretrained(tiny_base, GIST, device="cpu")
+    head = Reranker.from_pretrained(tiny_base, GIST, device="cpu")
     assert head.tail_length(QUERY) == len(head.query_ids(QUERY)) + 1
 
 
@@ -68,11 +68,11 @@ def test_packed_rows_score_each_query_as_alone(tiny_base: Path) -> None:
 
 
 def test_rule_changes_the_fingerprint_only_when_set(tiny_base: Path) -> None:
-    head = GistReranker.from_pretrained(tiny_base, GIST, device="cpu")
-    explicit = GistReranker.from_pretrained(
+    head = Reranker.from_pretrained(tiny_base, GIST, device="cpu")
+    explicit = Reranker.from_pretrained(
         tiny_base, GIST.model_copy(update={"score_rule": "head"}), device="cpu"
     )
-    ql = GistReranker.from_pretrained(
+    ql = Reranker.from_pretrained(
         tiny_base, GIST.model_copy(update={"score_rule": "query_likelihood"}), device="cpu"
     )
     assert head.reader_fingerprint == explicit.reader_fingerprint != ql.reader_fingerprint
@@ -81,20 +81,20 @@ def test_rule_changes_the_fingerprint_only_when_set(tiny_base: Path) -> None:
 
 def test_rule_needs_a_lead_in_and_refuses_pointwise(tiny_base: Path) -> None:
     with pytest.raises(ValueError, match="needs template text before"):
-        GistConfig(score_rule="query_likelihood", query_template="{query} is relevant")
+        RerankerConfig(score_rule="query_likelihood", query_template="{query} is relevant")
     with pytest.raises(ValueError, match="pointwise reads scores as logits"):
         train_config(tiny_base, gist=QL, pointwise=1.0)
 
 
 def test_student_trains_saves_and_serves_the_rule(tiny_base: Path, tmp_path: Path) -> None:
     """A query-likelihood student learns to rank from the listwise loss, and its checkpoint scores the
-    same way after loading (the rule travels in the saved GistConfig)."""
+    same way after loading (the rule travels in the saved RerankerConfig)."""
     cfg = train_config(tiny_base, gist=QL_TINY, steps=40, autoencode=0.5, autoencode_tokens=8)
     trainer = Trainer(cfg, tiny_relevance_set(), tmp_path, device="cpu")
     curve = trainer.fit(progress=False)
     first = sum(r["listwise"] for r in curve[:5]) / 5
     last = sum(r["listwise"] for r in curve[-5:]) / 5
     assert last < first - 0.2, (first, last)
-    loaded = GistReranker.from_pretrained(tmp_path / "checkpoint", device="cpu")
+    loaded = Reranker.from_pretrained(tmp_path / "checkpoint", device="cpu")
     assert loaded.gist.score_rule == "query_likelihood"
     assert_scores_equal(loaded.score(QUERY, loaded.compress(ITEMS)), trainer.model.score_masked(QUERY, ITEMS))

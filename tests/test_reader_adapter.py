@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import ITEMS, QUERY, mean_test_kl, toy_set
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.core.config import template_for
 from reranker.training.reader_training import ReaderTrainConfig, ReaderTrainer
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.reader_adapter
 RANK = 2
 
 
-def trained(model: GistReranker, seed: int = 0) -> GistReranker:
+def trained(model: Reranker, seed: int = 0) -> Reranker:
     """`model` with its reader adapter and head moved off their fresh values, as training would."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -30,9 +30,9 @@ def trained(model: GistReranker, seed: int = 0) -> GistReranker:
     return model
 
 
-def reader(base: Path, compressor: str, t: int, rule: str, rank: int = RANK) -> GistReranker:
+def reader(base: Path, compressor: str, t: int, rule: str, rank: int = RANK) -> Reranker:
     settings = {"score_rule": rule, **template_for(rule)}
-    gist = GistConfig(
+    gist = RerankerConfig(
         num_gist=4,
         keep_item_prefix=t,
         compressor=compressor,
@@ -40,7 +40,7 @@ def reader(base: Path, compressor: str, t: int, rule: str, rank: int = RANK) -> 
         dtype="float32",
         **settings,
     )
-    return GistReranker.from_pretrained(base, gist, device="cpu")
+    return Reranker.from_pretrained(base, gist, device="cpu")
 
 
 @pytest.mark.parametrize("rule", ["head", "query_likelihood"])
@@ -97,7 +97,7 @@ def test_the_whole_item_reading_has_the_adapter_at_query_rows_only(tiny_base: Pa
 
 def test_a_reader_checkpoint_round_trips(tiny_base: Path, tmp_path: Path) -> None:
     model = trained(reader(tiny_base, "prefix", t=0, rule="head"))
-    loaded = GistReranker.from_pretrained(model.save_pretrained(tmp_path / "ckpt"), device="cpu")
+    loaded = Reranker.from_pretrained(model.save_pretrained(tmp_path / "ckpt"), device="cpu")
     assert (loaded.fingerprint, loaded.reader_fingerprint) == (model.fingerprint, model.reader_fingerprint)
     kvs = model.compress(ITEMS)
     torch.testing.assert_close(loaded.score(QUERY, kvs), model.score(QUERY, kvs), rtol=0, atol=0)
@@ -107,8 +107,8 @@ def test_a_reader_checkpoint_round_trips(tiny_base: Path, tmp_path: Path) -> Non
 @pytest.fixture(scope="module")
 def store_path(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A prefix store of 4 positions over the tiny base, read by a head."""
-    gist = GistConfig(num_gist=4, compressor="prefix", max_item_tokens=64, dtype="float32")
-    return GistReranker.from_pretrained(tiny_base, gist, device="cpu").save_pretrained(
+    gist = RerankerConfig(num_gist=4, compressor="prefix", max_item_tokens=64, dtype="float32")
+    return Reranker.from_pretrained(tiny_base, gist, device="cpu").save_pretrained(
         tmp_path_factory.mktemp("store")
     )
 
@@ -136,7 +136,7 @@ def test_training_lowers_the_held_out_loss_and_rewrites_no_stored_unit(
         assert (p.grad is not None) == (name in trained_names or name.startswith("reader_adapter.")), name
     trainer.fit(progress=False)
     assert trainer.units.computed == len({t for x in [*trainer.lists, *trainer.dev] for t in x.texts})
-    reader = GistReranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
+    reader = Reranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
     assert reader.fingerprint == store.fingerprint != "" and reader.gist.reader_adapter_rank == 4
     texts = [item.text for item in data.items.values()]
     for a, b in zip(reader.compress(texts), store.compress(texts), strict=True):
@@ -184,7 +184,7 @@ def test_full_context_targets_are_computed_once_per_reader_and_read_back_by_late
     other_store._fill(progress=False)
     assert other_store.targets == first.targets
     shorter = f"{store_path}?max_item_tokens=32"
-    assert GistReranker.read(shorter, device="cpu").full_context_fingerprint not in first.targets_file.name
+    assert Reranker.read(shorter, device="cpu").full_context_fingerprint not in first.targets_file.name
 
 
 def test_pseudo_query_lists_ask_an_items_title_of_it_and_its_bm25_neighbours(store_path: Path) -> None:
@@ -234,8 +234,8 @@ def test_cli_trains_a_reader_for_the_store(store_path: Path, tmp_path: Path) -> 
     result = CliRunner().invoke(app, [*args, "--objective", "both", *pseudo, "--rank", "2"])
     assert result.exit_code == 0, result.output
     assert "store fingerprint" in result.output and "pairs per CPU-second" in result.output
-    reader = GistReranker.from_pretrained(out / "checkpoint", device="cpu")
-    store = GistReranker.from_pretrained(store_path, device="cpu")
+    reader = Reranker.from_pretrained(out / "checkpoint", device="cpu")
+    store = Reranker.from_pretrained(store_path, device="cpu")
     assert reader.fingerprint == store.fingerprint and reader.reader_fingerprint != store.reader_fingerprint
     saved = json.loads((out / "config.json").read_text())
     assert (saved["pseudo_lists"], saved["pseudo_query"]) == (4, "sentence")

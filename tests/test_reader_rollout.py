@@ -17,7 +17,7 @@ from helpers import ITEMS
 from services import Serve
 from typer.testing import CliRunner
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.catalog.database import Catalog
 from reranker.cli import app
 from reranker.core import kv_codec
@@ -42,8 +42,8 @@ def test_a_retrained_reader_rolls_out_over_the_served_store_with_no_write(
         items = catalog.get(ids)
     texts = [render_item(items[i].title, items[i].attributes, items[i].description) for i in ids]
 
-    gist = GistConfig(num_gist=4, compressor="select", max_item_tokens=160, dtype="float32")
-    store_model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+    gist = RerankerConfig(num_gist=4, compressor="select", max_item_tokens=160, dtype="float32")
+    store_model = Reranker.from_pretrained(tiny_base, gist, device="cpu")
     store_ckpt = store_model.save_pretrained(tmp_path / "store")
     reader = store_model.with_gist_config(gist.model_copy(update={"reader_adapter_rank": 2}))
     g = torch.Generator().manual_seed(0)

@@ -31,7 +31,7 @@ from services import (
 from typer.testing import CliRunner
 
 from localservices.kafka_broker import KafkaBroker
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.catalog.database import Catalog
 from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics
 from reranker.catalog.publisher import publish_events
@@ -61,8 +61,8 @@ def config(cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory) -> P
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_base: Path) -> Path:
-    model = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, dtype="float32", max_item_tokens=96), device="cpu"
+    model = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=4, dtype="float32", max_item_tokens=96), device="cpu"
     )
     return model.save_pretrained(tmp_path_factory.mktemp("ckpt"))
 
@@ -126,7 +126,7 @@ def test_triton_reads_the_cluster_and_its_recomputes_reach_it_only_through_the_c
     pipeline as a refresh request; the consumer (the one writer) stores it, where a fresh reader finds it."""
     if not tritonserver_binary().is_file():
         pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
-    model = GistReranker.from_pretrained(checkpoint, device="cpu")
+    model = Reranker.from_pretrained(checkpoint, device="cpu")
     settings = kafka_settings(broker, "single-writer")
     probe = Probe(settings)
     GistStore(
@@ -205,9 +205,9 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
     serves from the store, and `rollout gc --force` drops A's view and leaves B's."""
     if not tritonserver_binary().is_file():
         pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
-    model_a = GistReranker.from_pretrained(checkpoint, device="cpu")
-    model_b = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=2, dtype="float32", max_item_tokens=96), device="cpu"
+    model_a = Reranker.from_pretrained(checkpoint, device="cpu")
+    model_b = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=2, dtype="float32", max_item_tokens=96), device="cpu"
     )
     checkpoint_b = model_b.save_pretrained(tmp_path / "model-b")
     assert model_a.fingerprint != model_b.fingerprint
@@ -219,7 +219,7 @@ def test_a_rollout_backfills_beside_the_live_model_then_switches_and_collects_th
     store_a.apply()
     rollout = [*("--catalog-url", str(catalog.engine.url)), "--feast-config", str(config)]
 
-    def status(model: GistReranker) -> tuple[int, str]:
+    def status(model: Reranker) -> tuple[int, str]:
         result = CliRunner().invoke(app, ["rollout", "status", "--fingerprint", model.fingerprint, *rollout])
         return result.exit_code, result.output
 
@@ -291,7 +291,7 @@ def test_several_model_instances_share_the_load_and_report_through_triton(
     add up to the requests sent (and to Triton's own count)."""
     if not tritonserver_binary().is_file():
         pytest.fail("tritonserver (nvidia-pytriton) is not installed: run make setup")
-    model = GistReranker.from_pretrained(checkpoint, device="cpu")
+    model = Reranker.from_pretrained(checkpoint, device="cpu")
     GistStore(config=config, fingerprint=model.fingerprint).apply()
     ports = [free_port() for _ in range(3)]
     serve = Serve([*serve_args(checkpoint, catalog, config, tmp_path / "run", ports), "--instances", "2"])

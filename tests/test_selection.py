@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import ITEMS, QUERY
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.core import kv_codec
 from reranker.core.compressors.select import (
     _chosen,
@@ -27,12 +27,12 @@ def _kept(mass: torch.Tensor, k: int, pool: int) -> torch.Tensor:
     return _chosen(mass, k, pool, adaptive=False).nonzero()[:, 1].view(mass.shape[0], -1)
 
 
-def select_model(base: Path, k: int = 4, t: int = 0, **extra: object) -> GistReranker:
-    gist = GistConfig(num_gist=k, keep_item_prefix=t, compressor="select", dtype="float32", **extra)
-    return GistReranker.from_pretrained(base, gist, device="cpu")
+def select_model(base: Path, k: int = 4, t: int = 0, **extra: object) -> Reranker:
+    gist = RerankerConfig(num_gist=k, keep_item_prefix=t, compressor="select", dtype="float32", **extra)
+    return Reranker.from_pretrained(base, gist, device="cpu")
 
 
-def reference(model: GistReranker, items: list[str]) -> torch.Tensor:
+def reference(model: Reranker, items: list[str]) -> torch.Tensor:
     cols = selected_columns(model, model.item_ids(items)[0])
     return selected_mask_scores(model, QUERY, items, cols)
 
@@ -85,11 +85,11 @@ def test_kept_columns_are_those_the_observation_rows_attend_to_most(
 def test_a_budget_that_keeps_every_token_is_the_full_context_model(tiny_base: Path, tmp_path: Path) -> None:
     """Any checkpoint's body works, the full-context teacher's included: with k ≥ j nothing is dropped,
     and the selected-K/V score is the teacher's own `score_full`."""
-    teacher = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    teacher = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=4, dtype="float32"), device="cpu")
     with torch.no_grad():
         teacher.head.weight.mul_(3.0)  # a "trained" head
     saved = teacher.save_pretrained(tmp_path / "teacher")
-    loaded = GistReranker.from_pretrained(saved, device="cpu")
+    loaded = Reranker.from_pretrained(saved, device="cpu")
     student = loaded.with_gist_config(
         loaded.gist.model_copy(update={"compressor": "select", "num_gist": 200})
     )
@@ -121,7 +121,7 @@ def test_pooling_keeps_a_region_over_an_isolated_spike() -> None:
 
 
 def test_the_fingerprint_covers_the_compressor(tiny_base: Path) -> None:
-    gist = select_model(tiny_base).with_gist_config(GistConfig(num_gist=4, dtype="float32"))
+    gist = select_model(tiny_base).with_gist_config(RerankerConfig(num_gist=4, dtype="float32"))
     fingerprints = {
         gist.fingerprint,
         select_model(tiny_base).fingerprint,
@@ -129,10 +129,10 @@ def test_the_fingerprint_covers_the_compressor(tiny_base: Path) -> None:
         select_model(tiny_base, select_pool=3).fingerprint,
     }
     assert len(fingerprints) == 4
-    plain = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    plain = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=4, dtype="float32"), device="cpu")
     assert plain.fingerprint == gist.fingerprint  # the default compressor hashes as before it existed
     with pytest.raises(ValueError, match="select_pool=4 must be odd"):
-        GistConfig(compressor="select", select_pool=4)
+        RerankerConfig(compressor="select", select_pool=4)
 
 
 @pytest.mark.parametrize("storage", ["float32", "bfloat16", "int8"])
@@ -151,7 +151,7 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
     Triton config take; a checkpoint keeps its trained weights, and its gists while k is unchanged."""
     from reranker.core.checkpoints import default_shadow, model_spec, split_spec
 
-    trained = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=4, dtype="float32"), device="cpu")
+    trained = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=4, dtype="float32"), device="cpu")
     with torch.no_grad():
         trained.gist_embeddings.add_(0.5)
     ckpt = trained.save_pretrained(tmp_path / "ckpt")
@@ -161,25 +161,23 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
         str(ckpt),
         {"compressor": "select", "num_gist": "6", "max_item_tokens": "512"},
     )
-    model = GistReranker.from_pretrained(spec, device="cpu")
+    model = Reranker.from_pretrained(spec, device="cpu")
     assert (model.gist.compressor, model.gist.num_gist, model.gist.max_item_tokens) == ("select", 6, 512)
     torch.testing.assert_close(model.score_full(QUERY, ITEMS), trained.score_full(QUERY, ITEMS))
-    longer = GistReranker.from_pretrained(model_spec(ckpt, max_item_tokens=512), device="cpu")
+    longer = Reranker.from_pretrained(model_spec(ckpt, max_item_tokens=512), device="cpu")
     assert torch.equal(longer.gist_embeddings, trained.gist_embeddings)  # same gists, longer cap
     assert longer.fingerprint != trained.fingerprint
     with pytest.raises(ValueError, match="trained with k=4"):
-        GistReranker.from_pretrained(model_spec(ckpt, num_gist=8), device="cpu")
+        Reranker.from_pretrained(model_spec(ckpt, num_gist=8), device="cpu")
     with pytest.raises(ValueError, match="another k, t or windows"):
-        GistReranker.from_pretrained(model_spec(ckpt, keep_item_prefix=3), device="cpu")
-    hybrid = GistReranker.from_pretrained(
-        model_spec(ckpt, compressor="select", keep_item_prefix=3), device="cpu"
-    )
+        Reranker.from_pretrained(model_spec(ckpt, keep_item_prefix=3), device="cpu")
+    hybrid = Reranker.from_pretrained(model_spec(ckpt, compressor="select", keep_item_prefix=3), device="cpu")
     assert (hybrid.gist.keep_item_prefix, hybrid.gist.num_gist) == (3, 4)  # t raw tokens + k selected
     assert [kv.prefix_tokens for kv in hybrid.compress(ITEMS)] == [
         min(3, len(i)) for i in hybrid.item_ids(ITEMS)[0]
     ]
     with pytest.raises(ValueError, match="unknown settings"):
-        GistReranker.from_pretrained(f"{ckpt}?dtype=float16", device="cpu")
+        Reranker.from_pretrained(f"{ckpt}?dtype=float16", device="cpu")
     # a setting only another compressor reads would be ignored, yet change the fingerprint: refused
     with pytest.raises(ValueError, match=r"reads compressor=prefix, .* select_scorer by compressor=select"):
         split_spec(f"{ckpt}?compressor=prefix&select_scorer=kvzip")
@@ -192,7 +190,7 @@ def test_a_model_reference_carries_reading_settings(tiny_base: Path, tmp_path: P
 
 
 def test_read_puts_a_commands_settings_over_the_models_own(tiny_base: Path, tmp_path: Path) -> None:
-    """`GistReranker.read`, the loader of demo, consume, materialize and bench-serving: a command's
+    """`Reranker.read`, the loader of demo, consume, materialize and bench-serving: a command's
     --compressor / --num-gist / --max-item-tokens go over a checkpoint's, a preset's or a reference's
     own settings (None keeps them), for trained checkpoints too."""
     from reranker.core.checkpoints import DEFAULT_MODEL, split_spec
@@ -209,20 +207,23 @@ def test_read_puts_a_commands_settings_over_the_models_own(tiny_base: Path, tmp_
         "score_rule": "query_likelihood",
     }
     assert split_spec(f"{DEFAULT_MODEL}?num_gist=32") == (base, preset | {"num_gist": "32"})
-    config = GistConfig(num_gist=4, max_item_tokens=64, dtype="float32")
-    ckpt = GistReranker.from_pretrained(tiny_base, config, device="cpu").save_pretrained(tmp_path / "ckpt")
+    config = RerankerConfig(num_gist=4, max_item_tokens=64, dtype="float32")
+    ckpt = Reranker.from_pretrained(tiny_base, config, device="cpu").save_pretrained(tmp_path / "ckpt")
 
-    def reading(model: GistReranker) -> tuple[str, int, int]:
+    def reading(model: Reranker) -> tuple[str, int, int]:
         return model.gist.compressor, model.gist.num_gist, model.gist.max_item_tokens
 
-    assert reading(GistReranker.read(ckpt, "auto")) == ("gist", 4, 64)
-    assert reading(GistReranker.read(ckpt, "auto", max_item_tokens=128)) == ("gist", 4, 128)
-    pruned = GistReranker.read(f"{ckpt}?max_item_tokens=100", compressor="prefix", num_gist=6)
+    assert reading(Reranker.read(ckpt, "auto")) == ("gist", 4, 64)
+    assert reading(Reranker.read(ckpt, "auto", max_item_tokens=128)) == ("gist", 4, 128)
+    pruned = Reranker.read(f"{ckpt}?max_item_tokens=100", compressor="prefix", num_gist=6)
     assert reading(pruned) == ("prefix", 6, 100)
     with pytest.raises(ValueError, match="trained with dtype=float32, not bfloat16"):
-        GistReranker.read(ckpt, "bfloat16")
-    wrapped = GistReranker.read(f"{tiny_base}?num_gist=3", "float32", compressor="select", num_gist=5)
-    assert reading(wrapped) == ("select", 5, GistConfig().max_item_tokens) and wrapped.gist.dtype == "float32"
+        Reranker.read(ckpt, "bfloat16")
+    wrapped = Reranker.read(f"{tiny_base}?num_gist=3", "float32", compressor="select", num_gist=5)
+    assert (
+        reading(wrapped) == ("select", 5, RerankerConfig().max_item_tokens)
+        and wrapped.gist.dtype == "float32"
+    )
 
 
 def test_a_reference_can_read_a_base_zero_shot_by_likelihood(tiny_base: Path) -> None:
@@ -231,7 +232,7 @@ def test_a_reference_can_read_a_base_zero_shot_by_likelihood(tiny_base: Path) ->
     from reranker.core.checkpoints import model_spec
 
     spec = model_spec(tiny_base, score_rule="query_likelihood", query_template="\nQuery: {query}")
-    model = GistReranker.from_pretrained(spec, GistConfig(dtype="float32"), device="cpu")
+    model = Reranker.from_pretrained(spec, RerankerConfig(dtype="float32"), device="cpu")
     assert (model.gist.score_rule, model.gist.query_template) == ("query_likelihood", "\nQuery: {query}")
     ids = model.item_ids(ITEMS[:1])[0][0]
     lead = model.tokenizer("\nQuery: ", add_special_tokens=False)["input_ids"]  # the template's lead-in
@@ -251,9 +252,9 @@ def test_one_pass_serves_every_layout(tiny_base: Path, compressor: str, t: int) 
     selection the per-head rule), exactly what the reader set up that way compresses (same tensors up
     to fp32 rounding — a prefix forward over more tokens sums in another order —, short items kept
     whole), from one forward over the items."""
-    model = GistReranker.from_pretrained(
+    model = Reranker.from_pretrained(
         tiny_base,
-        GistConfig(num_gist=4, keep_item_prefix=t, compressor=compressor, dtype="float32"),
+        RerankerConfig(num_gist=4, keep_item_prefix=t, compressor=compressor, dtype="float32"),
         device="cpu",
     )
     layouts = [model.gist.model_copy(update={"num_gist": k}) for k in (2, 4, 9)]
@@ -285,15 +286,15 @@ def test_one_pass_serves_every_layout(tiny_base: Path, compressor: str, t: int) 
 def test_one_pass_refuses_a_layout_it_cannot_serve(tiny_base: Path) -> None:
     """A selection pass observes with one scorer and window: a layout asking for another is refused by
     name, not silently compressed with the model's."""
-    model = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, compressor="select", dtype="float32"), device="cpu"
+    model = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=4, compressor="select", dtype="float32"), device="cpu"
     )
     other = model.gist.model_copy(update={"select_scorer": "kvzip"})
     with pytest.raises(ValueError, match="asked select_scorer='kvzip', the model has 'snapkv'"):
         model.compressor.compress(model, model.item_ids(ITEMS[:1])[0], [model.gist, other])
 
 
-def test_trained_gists_have_one_budget(tiny_model: GistReranker) -> None:
+def test_trained_gists_have_one_budget(tiny_model: Reranker) -> None:
     ids = tiny_model.item_ids(ITEMS[:1])[0]
     own = tiny_model.gist
     assert tiny_model.compressor.compress(tiny_model, ids, [own])[0][own].kv.shape[3] == 4

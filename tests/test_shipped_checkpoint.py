@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.catalog.sample import sample_catalog, sample_queries
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import (
@@ -38,7 +38,7 @@ def test_default_model_puts_the_category_asked_for_first_on_the_demo_queries(dty
     """What chose the default beside the AP89 table (reports/quality.md): it ranks the demo's sample
     queries sensibly — for each, the top item is of the category the query asks for (phone, headphones,
     kettle, laptop), with no training, in either weights' dtype, read as the store returns its units."""
-    model = GistReranker.read(DEFAULT_MODEL, dtype)
+    model = Reranker.read(DEFAULT_MODEL, dtype)
     assert not model.has_lora
     g = model.gist
     assert (g.compressor, g.num_gist, g.storage, g.score_rule) == ("prefix", 128, "int4", "query_likelihood")
@@ -75,12 +75,12 @@ SHORT = "?max_item_tokens=128"
 
 
 @pytest.fixture(scope="module")
-def fp32_base() -> GistReranker:
+def fp32_base() -> Reranker:
     """The untouched base of the float32 checkpoints (the hybrid, the teacher), loaded once for both:
     each test reads it under its checkpoint's settings with `with_gist_config` — the same body, that
     config's seeded untrained gists, score token and head, as `from_pretrained(base_ref, gist)` builds.
     (The 4-gist student is stored in bfloat16, so its control keeps its own bf16-rounded base.)"""
-    return GistReranker.from_pretrained(DEFAULT_BASE + SHORT, GistConfig(dtype="float32"), device="cpu")
+    return Reranker.from_pretrained(DEFAULT_BASE + SHORT, RerankerConfig(dtype="float32"), device="cpu")
 
 
 def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
@@ -88,10 +88,10 @@ def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
     evaluated on, against its controls at the same 4 stored positions read by the untouched base with
     the same rule: the same base's untrained gists, and prefix caching of each item's first 4 tokens
     (reports/quality/eval-ql-k4-controls)."""
-    model = GistReranker.from_pretrained(QL_CHECKPOINT, device="cpu")  # fingerprint checked on load
+    model = Reranker.from_pretrained(QL_CHECKPOINT, device="cpu")  # fingerprint checked on load
     assert model.has_lora and model.gist.score_rule == "query_likelihood"
     assert (model.gist.keep_item_prefix, model.gist.num_gist) == (0, 4)
-    base = GistReranker.from_pretrained(model.base_ref, model.gist, device="cpu")
+    base = Reranker.from_pretrained(model.base_ref, model.gist, device="cpu")
     lists = _test_lists(8)
     texts = sorted({text for _, cands, _ in lists for text in cands})  # each item compressed once
     prefix = prefix_reader(base, 4)
@@ -117,12 +117,12 @@ def test_ql_checkpoint_beats_its_controls_at_four_positions() -> None:
 
 
 def test_hybrid_checkpoint_ranks_test_queries_far_better_than_untrained_gists(
-    fp32_base: GistReranker,
+    fp32_base: Reranker,
 ) -> None:
     """Test-split queries of the synthetic set it was evaluated on (reports/quality.md): the online
     path of the trained checkpoint against the same base wrapped with untrained gists and head."""
     torch.manual_seed(0)
-    model = GistReranker.from_pretrained(f"{HYBRID_CHECKPOINT}{SHORT}", device="cpu")  # fingerprint checked
+    model = Reranker.from_pretrained(f"{HYBRID_CHECKPOINT}{SHORT}", device="cpu")  # fingerprint checked
     assert model.has_lora and (model.gist.keep_item_prefix, model.gist.num_gist) == (32, 8)
     assert model.gist.max_item_tokens == fp32_base.gist.max_item_tokens == 128
     assert (model.base_ref, model.gist.dtype) == (fp32_base.base_ref, fp32_base.gist.dtype)
@@ -141,11 +141,11 @@ def test_hybrid_checkpoint_ranks_test_queries_far_better_than_untrained_gists(
 
 
 def test_shipped_teacher_ranks_test_queries_far_better_than_its_untrained_base(
-    fp32_base: GistReranker,
+    fp32_base: Reranker,
 ) -> None:
     """The demo's shadow: the full-context LoRA teacher reads each item in full (up to `SHORT`'s cap)."""
     torch.manual_seed(0)
-    teacher = GistReranker.from_pretrained(f"{SHADOW_CHECKPOINT}{SHORT}", device="cpu")
+    teacher = Reranker.from_pretrained(f"{SHADOW_CHECKPOINT}{SHORT}", device="cpu")
     assert teacher.has_lora and teacher.gist.max_item_tokens == 128
     assert (teacher.base_ref, teacher.gist.dtype) == (fp32_base.base_ref, fp32_base.gist.dtype)
     untrained = fp32_base.with_gist_config(teacher.gist)

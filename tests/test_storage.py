@@ -1,4 +1,4 @@
-"""How the store keeps a unit's K/V (`GistConfig.kv_storage`) and budgets in bytes (`?kib=`): the online
+"""How the store keeps a unit's K/V (`RerankerConfig.kv_storage`) and budgets in bytes (`?kib=`): the online
 path reads a dequantized unit exactly as a plain forward over those values does, for every compressor;
 the storage is a setting of the stored unit, so every writer and reader of one view agrees on it on any
 machine; a budget in KiB buys the most positions that fit."""
@@ -18,14 +18,14 @@ from helpers import ITEMS, QUERY
 from transformers import DynamicCache
 from typer.testing import CliRunner
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.catalog.events import ItemFields
 from reranker.cli import app
 from reranker.core import config as core_config
 from reranker.core.checkpoints import DEFAULT_MODEL, PRESETS, split_spec
 from reranker.core.compressors import COMPRESSORS
 from reranker.core.config import template_for
-from reranker.core.kv import GistKV
+from reranker.core.kv import StoredUnit
 from reranker.core.kv_codec import decode, payload_nbytes
 from reranker.serving.capacity import blob_bytes
 from reranker.serving.local_run import serving_checkpoint
@@ -34,14 +34,14 @@ from streaming.materialize import compress_rows
 pytestmark = pytest.mark.lowbit
 
 
-def _reader(base: Path, compressor: str, storage: str | None, rule: str = "head") -> GistReranker:
-    gist = GistConfig(
+def _reader(base: Path, compressor: str, storage: str | None, rule: str = "head") -> Reranker:
+    gist = RerankerConfig(
         num_gist=4, compressor=compressor, kv_storage=storage, score_rule=rule, **template_for(rule)
     )
-    return GistReranker.from_pretrained(base, gist, device="cpu")
+    return Reranker.from_pretrained(base, gist, device="cpu")
 
 
-def _plain_forward(model: GistReranker, query: str, unit: GistKV) -> torch.Tensor:
+def _plain_forward(model: Reranker, query: str, unit: StoredUnit) -> torch.Tensor:
     """One candidate's score by the body's own cached forward over `unit`'s K/V, as it is: no batch, no
     padded column, no hand-built mask (the body's causal mask after a past of the unit's columns), the
     query numbered from the unit's query start."""
@@ -95,11 +95,12 @@ def test_the_storage_is_a_setting_of_the_stored_unit(tiny_base: Path) -> None:
         s: _reader(tiny_base, "prefix", s).fingerprint for s in (None, "bfloat16", "int8", "int4", "int2")
     }
     assert len(set(prints.values())) == 5
-    assert GistConfig(kv_storage="float32") == GistConfig()  # a float32 model stored as float32
+    assert RerankerConfig(kv_storage="float32") == RerankerConfig()  # a float32 model stored as float32
     assert (
-        GistConfig(dtype="bfloat16").storage == "bfloat16" and GistConfig(kv_storage="int4").storage == "int4"
+        RerankerConfig(dtype="bfloat16").storage == "bfloat16"
+        and RerankerConfig(kv_storage="int4").storage == "int4"
     )
-    assert "kv_storage" in GistConfig().store_settings
+    assert "kv_storage" in RerankerConfig().store_settings
 
 
 def test_writers_encode_at_the_models_storage(tiny_base: Path) -> None:
@@ -126,7 +127,7 @@ def test_writers_encode_at_the_models_storage(tiny_base: Path) -> None:
 def test_a_budget_in_kib_buys_the_most_positions_that_fit(tiny_base: Path, storage: str, t: int) -> None:
     kib = 3.0
     ref = f"{tiny_base}?compressor=prefix&keep_item_prefix={t}&kib={kib}&kv_storage={storage}"
-    model = GistReranker.from_pretrained(ref, device="cpu")
+    model = Reranker.from_pretrained(ref, device="cpu")
     g = model.gist
     dims = (model.num_layers, model.num_kv_heads, model.head_dim)
     positions = t + g.num_gist
@@ -138,21 +139,21 @@ def test_a_budget_in_kib_buys_the_most_positions_that_fit(tiny_base: Path, stora
 
 def test_a_budget_in_kib_is_refused_in_words(tiny_base: Path) -> None:
     with pytest.raises(ValueError, match=r"kib=0\.01 holds 0 positions at int4"):
-        GistReranker.from_pretrained(f"{tiny_base}?compressor=prefix&kib=0.01&kv_storage=int4", device="cpu")
+        Reranker.from_pretrained(f"{tiny_base}?compressor=prefix&kib=0.01&kv_storage=int4", device="cpu")
     for bad in ("0", "-3", "abc", "nan", "inf"):
         with pytest.raises(ValueError, match="is not a positive number of KiB"):
             split_spec(f"{tiny_base}?kib={bad}")
     with pytest.raises(ValueError, match="sets both num_gist and kib"):
-        GistReranker.from_pretrained(f"{tiny_base}?kib=3&num_gist=4", device="cpu")
+        Reranker.from_pretrained(f"{tiny_base}?kib=3&num_gist=4", device="cpu")
     # a preset's budget in positions gives way to one in bytes
     assert "num_gist" not in split_spec(f"{DEFAULT_MODEL}?kib=360")[1]
 
 
 def test_trained_gists_keep_their_budget_whatever_the_kib(tiny_base: Path, tmp_path: Path) -> None:
     path = _reader(tiny_base, "gist", None).save_pretrained(tmp_path / "gists")
-    assert GistReranker.from_pretrained(f"{path}?kib=3", device="cpu").gist.num_gist == 4  # 3 KiB: 4 fit
+    assert Reranker.from_pretrained(f"{path}?kib=3", device="cpu").gist.num_gist == 4  # 3 KiB: 4 fit
     with pytest.raises(ValueError, match="gists were trained with k=4"):
-        GistReranker.from_pretrained(f"{path}?kib=6", device="cpu")  # 8 would fit
+        Reranker.from_pretrained(f"{path}?kib=6", device="cpu")  # 8 would fit
 
 
 def test_plan_takes_a_budget_in_kib(tiny_base: Path, tmp_path: Path) -> None:
@@ -160,7 +161,7 @@ def test_plan_takes_a_budget_in_kib(tiny_base: Path, tmp_path: Path) -> None:
     args = ["plan", "--items", "1000", "--qps", "1", "--candidates", "5", "--consumer-items-per-s", "10"]
     result = CliRunner().invoke(app, [*args, "--model", f"{path}?kib=3", "--kv-storage", "int4"])
     assert result.exit_code == 0, result.output
-    model = GistReranker.from_pretrained(f"{path}?kib=3&kv_storage=int4", device="cpu")
+    model = Reranker.from_pretrained(f"{path}?kib=3&kv_storage=int4", device="cpu")
     assert f"k={model.gist.num_gist}, K/V stored as int4" in result.output
     assert f"{blob_bytes(model) / 1024:.1f} KiB" in result.output
 
@@ -168,12 +169,12 @@ def test_plan_takes_a_budget_in_kib(tiny_base: Path, tmp_path: Path) -> None:
 _FINGERPRINTS = """
 import json, sys, tempfile
 from pathlib import Path
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.core.checkpoints import model_spec
 from reranker.serving.local_run import serving_checkpoint
 ref = sys.argv[1]
-consumer = GistReranker.read(ref, None)  # consume / materialize with their defaults
-server = GistReranker.from_pretrained(model_spec(ref))  # what Triton loads for `serve --model REF`
+consumer = Reranker.read(ref, None)  # consume / materialize with their defaults
+server = Reranker.from_pretrained(model_spec(ref))  # what Triton loads for `serve --model REF`
 demo = serving_checkpoint(ref, Path(tempfile.mkdtemp())).model  # the demo's consumer and server
 print(json.dumps([consumer.fingerprint, server.fingerprint, demo.fingerprint]))
 """
@@ -206,7 +207,7 @@ def test_no_default_depends_on_native_bf16(
 ) -> None:
     """The same, on any machine: whether bf16 is native changes compute, never what is stored."""
     ref = _default_settings_on(tiny_base)
-    expected = GistReranker.from_pretrained(ref, device="cpu").fingerprint
+    expected = Reranker.from_pretrained(ref, device="cpu").fingerprint
     monkeypatch.setattr(core_config, "native_bf16", lambda device="cpu": native)
-    assert GistReranker.read(ref, None, device="cpu").fingerprint == expected
+    assert Reranker.read(ref, None, device="cpu").fingerprint == expected
     assert serving_checkpoint(ref, tmp_path).model.fingerprint == expected

@@ -37,7 +37,7 @@ from services import WAIT_S, ConsumerProcess, Probe, RedisServer, free_port, kaf
 from typer.testing import CliRunner
 
 from localservices.kafka_broker import KafkaBroker
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.catalog.database import Catalog
 from reranker.catalog.events import ChangeEvent, ItemFields, encode_event
 from reranker.catalog.kafka_settings import DLQ_MAX_MESSAGE_BYTES, KafkaSettings, ensure_topics
@@ -72,7 +72,7 @@ def delete(item_id: str, version: int) -> ChangeEvent:
 
 
 def assert_row_is_direct_compress(
-    store: GistStore, model: GistReranker, item_id: str, item: ItemFields, version: int
+    store: GistStore, model: Reranker, item_id: str, item: ItemFields, version: int
 ):
     """The online row decodes to exactly what compressing the item directly gives (fp32 tiny model)."""
     row = store.read([item_id])[item_id]
@@ -112,7 +112,7 @@ class Running:
 
 
 def consume_all(
-    probe: Probe, model: GistReranker, store: GistStore, timeout_s: float = 90, **kwargs: Any
+    probe: Probe, model: Reranker, store: GistStore, timeout_s: float = 90, **kwargs: Any
 ) -> None:
     """Run an in-process GistConsumer until its group has committed everything in the change topic."""
     running = Running(GistConsumer(probe.settings, model, store, poll_timeout_s=0.2, **kwargs))
@@ -132,7 +132,7 @@ def cli(args: list[str], settings: KafkaSettings) -> str:
 
 # ----------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def checkpoint(tiny_model: GistReranker, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def checkpoint(tiny_model: Reranker, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model as a checkpoint folder, for CLI runs and subprocess consumers."""
     return tiny_model.save_pretrained(tmp_path_factory.mktemp("tiny_checkpoint"))
 
@@ -159,7 +159,7 @@ def probe(settings: KafkaSettings) -> Iterator[Probe]:
 
 
 @pytest.fixture
-def store(tmp_path: Path, tiny_model: GistReranker) -> GistStore:
+def store(tmp_path: Path, tiny_model: Reranker) -> GistStore:
     gist_store = GistStore(tmp_path / "feast", fingerprint=tiny_model.fingerprint)
     gist_store.apply()
     return gist_store
@@ -210,7 +210,7 @@ def test_ensure_topics_is_idempotent(settings: KafkaSettings, probe: Probe) -> N
 
 
 def test_publish_consume_equals_direct_compress(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, catalog_url: str
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker, catalog_url: str
 ) -> None:
     assert "16 items" in cli(["catalog", "load", str(SAMPLE_CATALOG), "--catalog-url", catalog_url], settings)
     out = cli(
@@ -239,7 +239,7 @@ def test_publish_consume_equals_direct_compress(
 
 
 def test_catalog_update_and_delete_reach_the_store(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, catalog_url: str
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker, catalog_url: str
 ) -> None:
     servers = ["--catalog-url", catalog_url, "--bootstrap-servers", settings.bootstrap_servers]
     cli(["catalog", "load", str(SAMPLE_CATALOG), *servers[:2]], settings)
@@ -275,7 +275,7 @@ def test_catalog_update_and_delete_reach_the_store(
 
 
 def test_older_version_never_wins(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, tmp_path: Path
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker, tmp_path: Path
 ) -> None:
     a5, a3, a4 = fields("A five", "fifth"), fields("A three", "third"), fields("A four", "fourth")
     b2, b4 = fields("B two"), fields("B four", size="XL")
@@ -317,7 +317,7 @@ def test_publish_file_with_a_bad_line_publishes_nothing(
 
 
 def test_poison_events_are_dead_lettered_and_the_rest_processed(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker
 ) -> None:
     def event_json(**overrides: Any) -> bytes:
         body = json.loads(encode_event(upsert("p", 1, fields("poison")))[1]) | overrides
@@ -385,7 +385,7 @@ def test_poison_events_are_dead_lettered_and_the_rest_processed(
 
 @pytest.mark.chaos
 def test_events_the_catalog_does_not_back_are_dead_lettered(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, catalog_url: str
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker, catalog_url: str
 ) -> None:
     """Given the catalog, the consumer writes only what the catalog backs: a forged event with a huge
     version, another text at the catalog's version, an unknown item or a delete of a live item goes to
@@ -419,7 +419,7 @@ def test_running_out_of_memory_is_retried_not_dead_lettered_and_the_lag_stays_vi
     settings: KafkaSettings,
     probe: Probe,
     store: GistStore,
-    tiny_model: GistReranker,
+    tiny_model: Reranker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An out-of-memory error says nothing about the item: the batch is rewound and retried with back-off
@@ -463,7 +463,7 @@ def test_running_out_of_memory_is_retried_not_dead_lettered_and_the_lag_stays_vi
 
 @pytest.mark.chaos
 def test_dead_letters_are_replayed_by_reason_once_their_cause_is_gone(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, catalog_url: str
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker, catalog_url: str
 ) -> None:
     """An event that reached the topic before its item reached the (lagging) catalog is dead-lettered as
     not_in_catalog; once the catalog has it, `dlq replay --reason not_in_catalog --apply` sends it back
@@ -497,7 +497,7 @@ def test_dead_letters_are_replayed_by_reason_once_their_cause_is_gone(
 
 @pytest.mark.chaos
 def test_a_catalog_restored_from_backup_is_reconciled_and_its_later_changes_land(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker, tmp_path: Path
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker, tmp_path: Path
 ) -> None:
     """Changes made after a backup reach the store; the catalog is then restored from the backup. The
     store's rows of those items are ahead of the catalog, so its next changes would be dropped (and a
@@ -555,7 +555,7 @@ def test_dead_letter_value_keeps_bytes_unless_over_the_topic_limit() -> None:
 def test_materialize_recompresses_exactly_the_stale_items(
     settings: KafkaSettings,
     store: GistStore,
-    tiny_model: GistReranker,
+    tiny_model: Reranker,
     tiny_base: Path,
     checkpoint: Path,
     catalog_url: str,
@@ -568,7 +568,7 @@ def test_materialize_recompresses_exactly_the_stale_items(
 
     # A model upgrade (another gist config → another fingerprint). Five items are already current with it,
     # one item is deleted from the catalog: the other ten are stale.
-    upgraded = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=2, dtype="float32"), device="cpu")
+    upgraded = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=2, dtype="float32"), device="cpu")
     upgraded_dir = upgraded.save_pretrained(tmp_path / "upgraded")
     with Catalog(catalog_url) as catalog:
         items = list(catalog.iter_items())
@@ -612,7 +612,7 @@ def test_consumer_rejoins_when_kafka_python_loses_a_rebalance(
     settings: KafkaSettings,
     probe: Probe,
     store: GistStore,
-    tiny_model: GistReranker,
+    tiny_model: Reranker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     publish_events(settings, [upsert("s", 1, fields("stuck"))])
@@ -639,7 +639,7 @@ def test_consumer_rejoins_when_kafka_python_stops_fetching_an_assigned_partition
     settings: KafkaSettings,
     probe: Probe,
     store: GistStore,
-    tiny_model: GistReranker,
+    tiny_model: Reranker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """dpkp/kafka-python#3131: the partitions stay assigned but polls come back empty while records wait.
@@ -674,7 +674,7 @@ def test_consumer_rejoins_when_kafka_python_stops_fetching_an_assigned_partition
 
 
 def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
-    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, checkpoint: Path, tmp_path: Path
+    settings: KafkaSettings, probe: Probe, tiny_model: Reranker, checkpoint: Path, tmp_path: Path
 ) -> None:
     # 30 items × 3 versions, interleaved like a live catalog: every batch holds several items' changes.
     latest: dict[str, tuple[int, ItemFields]] = {}
@@ -729,7 +729,7 @@ def test_consumer_killed_mid_batch_then_sigterm_loses_nothing(
 def test_a_second_model_in_the_live_group_is_refused_and_commits_nothing(
     settings: KafkaSettings,
     probe: Probe,
-    tiny_model: GistReranker,
+    tiny_model: Reranker,
     tiny_base: Path,
     store: GistStore,
     tmp_path: Path,
@@ -746,7 +746,7 @@ def test_a_second_model_in_the_live_group_is_refused_and_commits_nothing(
 
     changes = [upsert(f"item-{n}", 2, fields(f"item {n}", "second")) for n in range(6)]
     assert publish_events(settings, [*changes, delete("item-11", 2)]) == 7
-    model_b = GistReranker.from_pretrained(tiny_base, GistConfig(num_gist=2, dtype="float32"), device="cpu")
+    model_b = Reranker.from_pretrained(tiny_base, RerankerConfig(num_gist=2, dtype="float32"), device="cpu")
     assert model_b.fingerprint != tiny_model.fingerprint
     args = ["consume", "--model", str(model_b.save_pretrained(tmp_path / "model-b"))]
     args += ["--feast-dir", str(tmp_path / "feast-b"), "--no-create-topics", "--idle-exit-s", "5"]
@@ -767,12 +767,12 @@ def test_a_second_model_in_the_live_group_is_refused_and_commits_nothing(
 _DIES_BEFORE_COMMIT = """
 import os, signal, sys, threading
 from pathlib import Path
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.catalog.kafka_settings import KafkaSettings
 from reranker.store import GistStore
 from streaming.consumer import GistConsumer
 checkpoint, feast_dir, marker = sys.argv[1:]
-model = GistReranker.from_pretrained(checkpoint, device="cpu")
+model = Reranker.from_pretrained(checkpoint, device="cpu")
 class DiesBeforeCommit(GistConsumer):
     def _commit(self, records):
         Path(marker).write_text(str(len(records)))
@@ -786,7 +786,7 @@ DiesBeforeCommit(KafkaSettings.from_env(), model, store, batch_size=100).run(thr
 def test_a_kill_between_the_store_write_and_the_commit_loses_nothing(
     settings: KafkaSettings,
     probe: Probe,
-    tiny_model: GistReranker,
+    tiny_model: Reranker,
     checkpoint: Path,
     store: GistStore,
     tmp_path: Path,
@@ -830,7 +830,7 @@ def test_a_kill_between_the_store_write_and_the_commit_loses_nothing(
 
 @pytest.mark.scale
 def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
-    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, checkpoint: Path, tmp_path: Path
+    settings: KafkaSettings, probe: Probe, tiny_model: Reranker, checkpoint: Path, tmp_path: Path
 ) -> None:
     """A backfill scaled out: two consumer processes of one group each own a partition and both commit
     work; one is killed with SIGKILL while events still flow to both partitions; the survivor takes the
@@ -892,7 +892,7 @@ def test_two_consumers_share_the_topic_and_the_survivor_of_a_kill_takes_over(
 
 @pytest.mark.redis
 def test_a_store_outage_under_a_live_consumer_is_retried_and_committed_only_after_the_write(
-    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, tmp_path: Path
+    settings: KafkaSettings, probe: Probe, tiny_model: Reranker, tmp_path: Path
 ) -> None:
     """The real online store (redis-server) stops under a live consumer: every batch fails, is rewound
     and retried (the retry counter rises) and nothing is committed; once Redis is back the batches are
@@ -932,7 +932,7 @@ def test_a_store_outage_under_a_live_consumer_is_retried_and_committed_only_afte
 
 
 def test_a_refresh_request_replaces_an_unusable_row_and_leaves_a_usable_one(
-    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: GistReranker
+    settings: KafkaSettings, probe: Probe, store: GistStore, tiny_model: Reranker
 ) -> None:
     """A serving replica's refresh request at the stored version: the consumer recompresses when the
     stored row does not decode (what made the replica recompute), and skips it when the row is fine. A
@@ -1035,7 +1035,7 @@ def test_refresh_requests_racing_catalog_changes_never_leave_an_older_version(
 
 @pytest.fixture
 def race(
-    settings: KafkaSettings, probe: Probe, tiny_model: GistReranker, checkpoint: Path, tmp_path: Path
+    settings: KafkaSettings, probe: Probe, tiny_model: Reranker, checkpoint: Path, tmp_path: Path
 ) -> Iterator[tuple[KafkaSettings, Probe, Catalog, GistStore, KVLookup, HeldRefreshes, EventPublisher]]:
     """The parts of the refresh race: the consumer process, the catalog and its change feed, a replica."""
     feast_dir = tmp_path / "feast"
@@ -1063,7 +1063,7 @@ def test_broker_restart_while_events_flow(
     settings: KafkaSettings,
     probe: Probe,
     store: GistStore,
-    tiny_model: GistReranker,
+    tiny_model: Reranker,
     outage: str,
 ) -> None:
     """The broker goes away under a live producer and consumer — a clean stop, or a crash (SIGKILL of

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tiny import GIST, tiny_relevance_set, train_config
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.data.data_synth import generate
 from reranker.data.relevance_data import RelevanceSet
 from reranker.training.frozen_reader import FrozenGistConfig
@@ -68,7 +68,7 @@ def test_student_with_every_ingredient(tiny_base: Path, data: RelevanceSet, tmp_
     start, end = first_and_last(curve)
     assert end < start
     # the saved student is a working gist reranker: online path equals its masked forward
-    student = GistReranker.from_pretrained(tmp_path / "student" / "checkpoint", device="cpu")
+    student = Reranker.from_pretrained(tmp_path / "student" / "checkpoint", device="cpu")
     texts = [item.text for item in data.items.values()]
     torch.testing.assert_close(
         student.score("phone 256GB", student.compress(texts)),
@@ -135,7 +135,7 @@ def test_listwise_loss_prefers_the_labelled_order() -> None:
 
 
 def test_add_lora_starts_as_the_identity(tiny_base: Path) -> None:
-    model = GistReranker.from_pretrained(tiny_base, GIST, device="cpu")
+    model = Reranker.from_pretrained(tiny_base, GIST, device="cpu")
     texts = ["Acme phone 256GB blue", "steel kettle 1.7 L"]
     before = model.score_masked("phone 256GB", texts)
     model.add_lora(rank=4, alpha=8)
@@ -154,7 +154,7 @@ def test_lora_hybrid_student_warm_started_from_a_lora_teacher(
     ).fit(progress=False)
     assert (teacher_out / "checkpoint" / "adapter").is_dir()
     assert not (teacher_out / "checkpoint" / "base").exists()
-    hybrid = GistConfig(num_gist=2, keep_item_prefix=6, max_item_tokens=48, dtype="float32")
+    hybrid = RerankerConfig(num_gist=2, keep_item_prefix=6, max_item_tokens=48, dtype="float32")
     teacher = str(teacher_out / "checkpoint")
     cfg = train_config(tiny_base, gist=hybrid, init=teacher, teacher=teacher, distill=1.0, lora_rank=4)
     trainer = Trainer(cfg, data, student_out, device="cpu")
@@ -166,13 +166,13 @@ def test_lora_hybrid_student_warm_started_from_a_lora_teacher(
     size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
     assert size < 0.5 * sum(f.stat().st_size for f in tiny_base.rglob("*.safetensors"))
 
-    original = GistReranker.from_pretrained(tiny_base, hybrid, device="cpu")
+    original = Reranker.from_pretrained(tiny_base, hybrid, device="cpu")
     base_weights = original.lm.state_dict()
     trained = trainer.model._base_state()
     assert set(trained) == set(base_weights)
     assert all(torch.equal(trained[name], base_weights[name]) for name in base_weights)
 
-    student = GistReranker.from_pretrained(ckpt, device="cpu")
+    student = Reranker.from_pretrained(ckpt, device="cpu")
     assert student.has_lora and student.gist == hybrid
     assert student.fingerprint == trainer.model.fingerprint
     texts = [item.text for item in data.items.values()]

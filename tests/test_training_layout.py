@@ -8,12 +8,12 @@ import pytest
 import torch
 from helpers import ITEMS
 
-from reranker import EmptyInputError, GistConfig, GistReranker
+from reranker import EmptyInputError, Reranker, RerankerConfig
 from reranker.core import layout
 from reranker.training.forwards import autoencode_control, autoencode_loss, score_packed
 
 
-def test_autoencode_loss_trains_the_gists(tiny_model: GistReranker) -> None:
+def test_autoencode_loss_trains_the_gists(tiny_model: Reranker) -> None:
     tiny_model.train()
     try:
         loss = autoencode_loss(tiny_model, ITEMS, num_tokens=8)
@@ -25,7 +25,7 @@ def test_autoencode_loss_trains_the_gists(tiny_model: GistReranker) -> None:
         tiny_model.eval()
 
 
-def test_autoencode_loss_reads_the_rest_of_the_item_through_the_gists(tiny_model: GistReranker) -> None:
+def test_autoencode_loss_reads_the_rest_of_the_item_through_the_gists(tiny_model: Reranker) -> None:
     """Two items sharing their first tokens: the target (those tokens) is masked off the item, so the
     differing tails can only reach its loss through the gists."""
     with torch.no_grad():
@@ -34,7 +34,7 @@ def test_autoencode_loss_reads_the_rest_of_the_item_through_the_gists(tiny_model
     assert not torch.isclose(a, b)
 
 
-def test_autoencode_targets_of_another_item(tiny_model: GistReranker) -> None:
+def test_autoencode_targets_of_another_item(tiny_model: Reranker) -> None:
     """The control: item A's gists, item B's tokens as the target — the same as B's own loss only if
     the gists said nothing; a count mismatch is refused."""
     a, b = "Acme phone 256GB blue 2023.", "Steel kettle 1.7 L, 2200 W."
@@ -50,7 +50,7 @@ def test_autoencode_targets_of_another_item(tiny_model: GistReranker) -> None:
         autoencode_loss(tiny_model, [a, b], num_tokens=4, targets_of=[a])
 
 
-def test_autoencode_control_regenerates_the_item_half_the_list_away(tiny_model: GistReranker) -> None:
+def test_autoencode_control_regenerates_the_item_half_the_list_away(tiny_model: Reranker) -> None:
     """Item i's gists regenerate item i + N/2's text; over identical items it is the own loss."""
     items = ["Acme phone 256GB blue 2023.", "Steel kettle 1.7 L.", "Oak desk 120 cm.", "Wool scarf, red."]
     with torch.no_grad():
@@ -69,8 +69,8 @@ def test_hybrid_autoencode_target_starts_after_the_kept_prefix(
     tiny_base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With t raw tokens kept, regenerating them would be copying; the target is the next tokens."""
-    model = GistReranker.from_pretrained(
-        tiny_base, GistConfig(num_gist=4, keep_item_prefix=4, dtype="float32"), device="cpu"
+    model = Reranker.from_pretrained(
+        tiny_base, RerankerConfig(num_gist=4, keep_item_prefix=4, dtype="float32"), device="cpu"
     )
     item = "Acme phone 256GB titanium blue, red 2023."
     ids = model.item_ids([item])[0][0]  # BOS + item tokens
@@ -97,8 +97,8 @@ QUERIES = ["256GB phone 2023", "kettle 1.7 L", "black headphones 2021 over-ear w
 def test_packed_queries_equal_each_query_alone(tiny_base: Path, t: int, windows: bool) -> None:
     """Several queries in one item row score exactly as each query alone: no query sees another (with
     the gists under pooling windows too)."""
-    gist = GistConfig(num_gist=4, keep_item_prefix=t, dtype="float32", gist_pool_windows=windows)
-    model = GistReranker.from_pretrained(tiny_base, gist, device="cpu")
+    gist = RerankerConfig(num_gist=4, keep_item_prefix=t, dtype="float32", gist_pool_windows=windows)
+    model = Reranker.from_pretrained(tiny_base, gist, device="cpu")
     packs = [QUERIES, QUERIES[1:2], QUERIES[::-1], QUERIES[:2]]  # differing counts and lengths per row
     for full in (False, True):
         packed = score_packed(model, ITEMS, packs, full=full)
@@ -110,7 +110,7 @@ def test_packed_queries_equal_each_query_alone(tiny_base: Path, t: int, windows:
 
 
 def test_packed_queries_must_not_see_each_other(
-    tiny_model: GistReranker, monkeypatch: pytest.MonkeyPatch
+    tiny_model: Reranker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Letting each query block read the earlier ones (plain causal over the query region) changes
     every query but the first: the test would catch a packing mask that forgot the block structure."""
@@ -130,6 +130,6 @@ def test_packed_queries_must_not_see_each_other(
     assert float((leaked[1:] - reference[1:]).abs().max()) > 1e-3 * float(reference.abs().max())
 
 
-def test_packed_item_needs_a_query(tiny_model: GistReranker) -> None:
+def test_packed_item_needs_a_query(tiny_model: Reranker) -> None:
     with pytest.raises(EmptyInputError, match="at least one query"):
         score_packed(tiny_model, ITEMS[:1], [[]])

@@ -14,8 +14,8 @@ from ir_measures import RR, R, nDCG
 from typer.testing import CliRunner
 
 from reranker.cli import app
-from reranker.core.config import GistConfig
-from reranker.core.model import GistReranker
+from reranker.core.config import RerankerConfig
+from reranker.core.model import Reranker
 from reranker.core.render import render_item
 from reranker.data.relevance_data import (
     Item,
@@ -444,8 +444,8 @@ def test_eval_run_dir_end_to_end(tiny_base: Path, tmp_path: Path) -> None:
     report's per-query metrics are trec_eval's on those runs."""
     files = write_collection(tmp_path / "trec")
     data = import_trec(*files, candidates="bm25:3", splits="train=1-2,dev=3-100", progress=False).relevance
-    gist = GistConfig(num_gist=2, max_item_tokens=64, dtype="float32")
-    model = GistReranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
+    gist = RerankerConfig(num_gist=2, max_item_tokens=64, dtype="float32")
+    model = Reranker.from_pretrained(tiny_base, gist).save_pretrained(tmp_path / "model")
     runs = tmp_path / "runs"
     result = evaluate(
         data, model, [model], tmp_path / "eval", split="train", device="cpu", prefix_ks=(1,), run_dir=runs

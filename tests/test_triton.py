@@ -28,7 +28,7 @@ from services import RedisServer, Serve
 from tritonclient.utils import InferenceServerException
 from typer.testing import CliRunner
 
-from reranker import GistConfig, GistReranker
+from reranker import Reranker, RerankerConfig
 from reranker.catalog.database import Catalog
 from reranker.core import kv_codec
 from reranker.core.fusion import Fusion, reciprocal_rank_fusion
@@ -92,15 +92,15 @@ def _item(n: int) -> tuple[str, dict[str, object], str]:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_base: Path) -> Path:
     # max_item_tokens bounds the recompute and full-context cost on 2 CPU cores
-    config = GistConfig(num_gist=4, dtype="float32", max_item_tokens=160)
-    model = GistReranker.from_pretrained(tiny_base, config, device="cpu")
+    config = RerankerConfig(num_gist=4, dtype="float32", max_item_tokens=160)
+    model = Reranker.from_pretrained(tiny_base, config, device="cpu")
     return model.save_pretrained(tmp_path_factory.mktemp("ckpt"))
 
 
 @pytest.fixture(scope="module")
-def model(checkpoint: Path) -> GistReranker:
+def model(checkpoint: Path) -> Reranker:
     """The served checkpoint, loaded in the test process for the in-process reference scores."""
-    return GistReranker.from_pretrained(checkpoint, device="cpu")
+    return Reranker.from_pretrained(checkpoint, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +175,7 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def store(server: Endpoints, redis_proc: RedisServer, model: GistReranker) -> GistStore:
+def store(server: Endpoints, redis_proc: RedisServer, model: Reranker) -> GistStore:
     """The server's Feast store, opened from the test process (as the consumer would)."""
     return GistStore(
         server.feast_dir, online="redis", redis_url=redis_proc.url, fingerprint=model.fingerprint
@@ -232,7 +232,7 @@ def wait_shadow_idle(server: Endpoints) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- tests
-def test_scores_equal_in_process_score(server: Endpoints, model: GistReranker, catalog: Catalog) -> None:
+def test_scores_equal_in_process_score(server: Endpoints, model: Reranker, catalog: Catalog) -> None:
     ids = fresh_ids(20)
     expected = model.score(QUERY, model.compress(texts(catalog, ids))).numpy()
     with RerankClient(server.http, "http") as http:
@@ -247,7 +247,7 @@ def test_scores_equal_in_process_score(server: Endpoints, model: GistReranker, c
 
 
 def test_feast_miss_recomputes_the_next_request_hits_l1_and_serving_never_writes_the_store(
-    server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
+    server: Endpoints, store: GistStore, model: Reranker, catalog: Catalog
 ) -> None:
     """This server has no broker to hand refresh requests to (test_scale runs the path through one to
     the consumer): a recompute stays in its L1, and the store is left to the consumer."""
@@ -274,7 +274,7 @@ def test_feast_miss_recomputes_the_next_request_hits_l1_and_serving_never_writes
 
 
 def test_rows_written_by_the_consumer_are_feast_hits(
-    server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
+    server: Endpoints, store: GistStore, model: Reranker, catalog: Catalog
 ) -> None:
     ids = fresh_ids(3)
     kvs = model.compress(texts(catalog, ids))
@@ -288,7 +288,7 @@ def test_rows_written_by_the_consumer_are_feast_hits(
 
 
 def test_corrupt_or_foreign_blobs_are_recomputed_never_used(
-    server: Endpoints, store: GistStore, model: GistReranker, catalog: Catalog
+    server: Endpoints, store: GistStore, model: Reranker, catalog: Catalog
 ) -> None:
     ids = fresh_ids(5)
     kvs = dict(zip(ids, model.compress(texts(catalog, ids)), strict=True))
@@ -458,7 +458,7 @@ def test_fuzzed_requests_get_an_error_or_an_answer_and_the_server_keeps_answerin
 
 @pytest.mark.fusion
 def test_first_stage_scores_are_fused_by_the_served_rule_and_the_rerankers_own_come_beside(
-    client: RerankClient, model: GistReranker
+    client: RerankClient, model: Reranker
 ) -> None:
     ids = fresh_ids(6)
     first_stage = [3.0, 12.5, 0.0, 7.25, 7.25, -1.0]  # e.g. BM25 (a tie included)
@@ -533,7 +533,7 @@ def test_a_bad_first_stage_tensor_fails_alone_among_concurrent_requests(server: 
 
 @pytest.mark.fusion
 def test_shadow_counts_fused_recall_for_requests_with_first_stage_scores(
-    server: Endpoints, model: GistReranker, catalog: Catalog
+    server: Endpoints, model: Reranker, catalog: Catalog
 ) -> None:
     fusion = Fusion.parse(FUSION)
     requests = [("256GB phone 2023", IDS[0:12]), ("blue titanium case", IDS[12:20])]
@@ -562,7 +562,7 @@ def test_shadow_counts_fused_recall_for_requests_with_first_stage_scores(
 
 
 def test_shadow_overlap_counters_match_offline_recall(
-    server: Endpoints, model: GistReranker, catalog: Catalog
+    server: Endpoints, model: Reranker, catalog: Catalog
 ) -> None:
     def top(scores: np.ndarray, k: int) -> set[int]:
         return set(np.argsort(-scores, kind="stable")[:k].tolist())
@@ -663,7 +663,7 @@ def test_cli_rerank_over_http_and_grpc(server: Endpoints) -> None:
         assert bad.exit_code == 1 and "QUERY is empty" in bad.output
 
 
-def test_full_reranker_is_served_too(server: Endpoints, model: GistReranker, catalog: Catalog) -> None:
+def test_full_reranker_is_served_too(server: Endpoints, model: Reranker, catalog: Catalog) -> None:
     with RerankClient(server.http, "http", model="full_reranker") as c:
         got = c.rerank(QUERY, [IDS[0], "ghost", IDS[1]])
     assert [x.status for x in got] == ["full", "unknown_item", "full"]
@@ -672,7 +672,7 @@ def test_full_reranker_is_served_too(server: Endpoints, model: GistReranker, cat
 
 
 def test_feast_outage_is_served_by_recompute(
-    server: Endpoints, redis_proc: RedisServer, model: GistReranker, catalog: Catalog
+    server: Endpoints, redis_proc: RedisServer, model: Reranker, catalog: Catalog
 ) -> None:
     cached, *outage_ids = fresh_ids(6)
     with RerankClient(server.http) as c:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.data.relevance_data import Item, Judgment, Query, RelevanceSet
 from reranker.training.trainer import TrainConfig
 
-GIST = GistConfig(num_gist=2, max_item_tokens=48, dtype="float32")  # tiny models' default gisting
+GIST = RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32")  # tiny models' default gisting
 
 
 def tiny_relevance_set() -> RelevanceSet:

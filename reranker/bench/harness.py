@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 
 
 def rate(fn: Callable[[], object], n: int, repeats: int, warmup: bool = True) -> float:
@@ -21,6 +21,6 @@ def rate(fn: Callable[[], object], n: int, repeats: int, warmup: bool = True) ->
     return n * repeats / (time.perf_counter() - start)
 
 
-def model_meta(base: str, model: GistReranker, dtype: str) -> dict:
+def model_meta(base: str, model: Reranker, dtype: str) -> dict:
     """What a benchmark's numbers depend on: base, device, CPU threads, dtype."""
     return {"base": base, "device": str(model.device), "threads": torch.get_num_threads(), "dtype": dtype}

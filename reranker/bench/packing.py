@@ -19,8 +19,8 @@ from rich.console import Console
 from tqdm.auto import tqdm
 
 from reranker.bench.harness import model_meta
-from reranker.core.config import GistConfig, resolve_dtype
-from reranker.core.model import GistReranker
+from reranker.core.config import RerankerConfig, resolve_dtype
+from reranker.core.model import Reranker
 from reranker.data.data_synth import generate
 from reranker.evaluation.tables import publish
 from reranker.training.forwards import score_packed
@@ -47,8 +47,8 @@ def run_packing_bench(
 ) -> list[dict]:
     console = Console()
     dtype = resolve_dtype(dtype)
-    gist = GistConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=max_item_tokens)
-    model = GistReranker.from_pretrained(base, gist)
+    gist = RerankerConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=max_item_tokens)
+    model = Reranker.from_pretrained(base, gist)
     if lora_rank:
         model.add_lora(lora_rank, alpha=2.0 * lora_rank)
     model.train()

@@ -19,9 +19,9 @@ from rich.console import Console
 from tqdm.auto import tqdm
 
 from reranker.bench.harness import model_meta, rate
-from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.config import RerankerConfig, resolve_dtype
 from reranker.core.kv_codec import decode, encode
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.evaluation.tables import publish
 
 DISTINCT_ITEMS = 10
@@ -31,14 +31,14 @@ FILLER = (
 )
 
 
-def _text_of_tokens(model: GistReranker, n: int, salt: int) -> str:
+def _text_of_tokens(model: Reranker, n: int, salt: int) -> str:
     """Item text of about n tokens with BOS (decoded from n - 1 ids; BPE may re-merge one or two)."""
     text = f"Item {salt}. " + FILLER * (n // 8)
     ids = model.tokenizer(text, add_special_tokens=False)["input_ids"][: n - 1]
     return model.tokenizer.decode(ids)
 
 
-def _query_of_tokens(model: GistReranker, n_online: int) -> str:
+def _query_of_tokens(model: Reranker, n_online: int) -> str:
     """A query whose templated ids + score token are n_online tokens (± one where BPE merges differ)."""
     words = [
         "stainless",
@@ -77,8 +77,10 @@ def run_score_bench(
 ) -> list[dict]:
     console = Console()
     dtype = resolve_dtype(dtype)
-    gist = GistConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=max(item_tokens), compressor=compressor)
-    model = GistReranker.from_pretrained(base, gist)
+    gist = RerankerConfig(
+        num_gist=num_gist, dtype=dtype, max_item_tokens=max(item_tokens), compressor=compressor
+    )
+    model = Reranker.from_pretrained(base, gist)
     query = _query_of_tokens(model, query_tokens)
     ell = model.tail_length(query)
     rows = []

@@ -25,7 +25,7 @@ c a request waits for up to c − 1 others; Triton's own `nv_inference_queue_dur
 transport, (de)serialisation and the Python backend's IPC. Means add up (client = fetch + model + overhead);
 p50s do not, and bucket quantiles are only as fine as the buckets.
 
-Next to it: in-process `GistReranker.score` on the same queries and the same K/V decoded from the store,
+Next to it: in-process `Reranker.score` on the same queries and the same K/V decoded from the store,
 timed the same way but sequentially, and the ratio end-to-end p50 / in-process p50.
 """
 
@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
 from reranker.catalog.sample import sample_queries
 from reranker.core.errors import GistRankError
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.serving.local_run import Steps, serving_checkpoint
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class PhaseResult:
 @dataclass(frozen=True)
 class InProcessResult:
     fetch: LatencyStats  # store.read + decode of the hit set (not part of score())
-    score: LatencyStats  # GistReranker.score alone
+    score: LatencyStats  # Reranker.score alone
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,7 @@ def _write_jsonl(path: Path, rows: list[tuple[str, dict[str, Any]]]) -> Path:
     return path
 
 
-def _usable_queries(model: GistReranker) -> list[str]:
+def _usable_queries(model: Reranker) -> list[str]:
     """The sample queries this model accepts (a tiny test tokenizer may exceed the query token limit)."""
     usable = []
     for query in sample_queries():
@@ -378,7 +378,7 @@ class ItemSets:
 
 
 def _fill_catalog_and_store(
-    catalog: Catalog, store: GistStore, model: GistReranker, workdir: Path, items: ItemSets, pool: list[dict]
+    catalog: Catalog, store: GistStore, model: Reranker, workdir: Path, items: ItemSets, pool: list[dict]
 ) -> tuple[int, float]:
     """Catalog rows of every set from `pool` (the feast sets with the hit set's content); the hit set
     materialized into Feast and its rows copied under the feast ids (what a backfill would have
@@ -412,7 +412,7 @@ def _fill_catalog_and_store(
 
 # ---------------------------------------------------------------------------------------- measuring
 def _measure_inprocess(
-    model: GistReranker,
+    model: Reranker,
     store: GistStore,
     hit_ids: list[str],
     queries: Sequence[str],
@@ -734,7 +734,7 @@ def run_serving_bench(
 ) -> ServingBenchResult:
     """Run the serving benchmark (module docstring), print its tables, write `out` (JSON), return it.
 
-    `model`: read as `demo` reads it (`GistReranker.read`): a GistRank checkpoint as is (`dtype` is then
+    `model`: read as `demo` reads it (`Reranker.read`): a GistRank checkpoint as is (`dtype` is then
     its own), a preset or base (alias, HF folder, `REF?settings`) wrapped in `dtype` and saved as a
     checkpoint in `workdir`; `num_gist`, when given, over the model's own k.
     `requests`: hit-path requests per protocol (also the in-process repetitions); `feast_requests` and

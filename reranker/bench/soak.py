@@ -41,7 +41,7 @@ from reranker.catalog.publisher import EventPublisher, PublishError
 from reranker.store import GistRow, GistStore
 
 if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
+    from reranker.core.model import Reranker
 
 WORDS = [
     "steel",
@@ -149,7 +149,7 @@ class _Rig:
     settings: KafkaSettings
     broker: KafkaBroker
     consumers: _Consumers
-    model: GistReranker
+    model: Reranker
     workdir: Path
     rng: random.Random
     report: SoakReport
@@ -158,8 +158,8 @@ class _Rig:
 
 def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = print) -> SoakReport:
     """Run the soak in `workdir` (emptied first); see the module docstring."""
-    from reranker.core.config import GistConfig
-    from reranker.core.model import GistReranker
+    from reranker.core.config import RerankerConfig
+    from reranker.core.model import Reranker
     from reranker.core.tiny_base import build_tiny_base
 
     started = time.monotonic()
@@ -168,8 +168,8 @@ def run_soak(config: SoakConfig, workdir: Path, say: Callable[[str], None] = pri
     (workdir / "logs").mkdir(parents=True)
     rng = random.Random(config.seed)
     base = build_tiny_base(workdir / "tiny-base")
-    model = GistReranker.from_pretrained(
-        base, GistConfig(num_gist=2, max_item_tokens=48, dtype="float32"), device="cpu"
+    model = Reranker.from_pretrained(
+        base, RerankerConfig(num_gist=2, max_item_tokens=48, dtype="float32"), device="cpu"
     )
     checkpoint = model.save_pretrained(workdir / "model")
     catalog_url = f"sqlite:///{workdir / 'catalog.db'}"
@@ -307,7 +307,7 @@ def _fault(rig: _Rig, fault: str, catalog: Catalog) -> None:
 
 
 def _serve_reads(
-    model: GistReranker,
+    model: Reranker,
     catalog_url: str,
     store: GistStore,
     config: SoakConfig,

@@ -31,9 +31,9 @@ from localservices.redis_server import RedisServer
 from reranker.catalog.database import Catalog
 from reranker.catalog.kafka_settings import KafkaSettings, ensure_topics, group_progress
 from reranker.catalog.publisher import publish_events
-from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.config import RerankerConfig, resolve_dtype
 from reranker.core.kv_codec import STORAGE_DTYPES, encode, kv_nbytes_formula
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.data.data_synth import generate
 from reranker.store import GistRow, GistStore
 from streaming.consumer import GistConsumer
@@ -51,7 +51,7 @@ def _compressed_so_far() -> float:
     return REGISTRY.get_sample_value("gistrank_consumer_items_compressed_total") or 0.0
 
 
-def _consumer_vs_compress(model: GistReranker, workdir: Path, servers: str, n_items: int, batch: int) -> dict:
+def _consumer_vs_compress(model: Reranker, workdir: Path, servers: str, n_items: int, batch: int) -> dict:
     """Steady-state pipeline throughput: the group is joined and the model warm (one warm-up item)
     before the clock starts; progress comes from the consumer's own counter, so watching costs nothing."""
     relevance = generate(0, max(1, n_items // 4) + 1, 1, length_tokens=(150, 400))
@@ -111,7 +111,7 @@ def _consumer_vs_compress(model: GistReranker, workdir: Path, servers: str, n_it
 
 
 def _consumer_scaling(
-    model: GistReranker,
+    model: Reranker,
     workdir: Path,
     servers: str,
     n_items: int,
@@ -204,7 +204,7 @@ def _wait_for(done, worker: threading.Thread | list[subprocess.Popen], timeout_s
         time.sleep(0.1)
 
 
-def _read_latency(model: GistReranker, workdir: Path, n_ids: int, repeats: int) -> dict:
+def _read_latency(model: Reranker, workdir: Path, n_ids: int, repeats: int) -> dict:
     texts = [
         f"Item {i}. " + "Stainless steel kettle, 1.7 L, 2200 W, model KT-1700. " * 12 for i in range(n_ids)
     ]
@@ -263,7 +263,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def _blob_sizes(model: GistReranker) -> list[dict]:
+def _blob_sizes(model: Reranker) -> list[dict]:
     kv = model.compress(["Acme UltraPhone 15 Pro 256GB, 2023."])[0]
     cfg = model.lm.config
     out = []
@@ -297,7 +297,7 @@ def run_store_bench(
 ) -> dict:
     console = Console()
     workdir.mkdir(parents=True, exist_ok=True)
-    model = GistReranker.from_pretrained(base, GistConfig(num_gist=num_gist, dtype=resolve_dtype(dtype)))
+    model = Reranker.from_pretrained(base, RerankerConfig(num_gist=num_gist, dtype=resolve_dtype(dtype)))
     broker = KafkaBroker(workdir / "kafka")  # one broker for both consumer benches, a topic each
     try:
         servers = broker.start()

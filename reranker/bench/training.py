@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from reranker.bench.harness import model_meta
-from reranker.core.config import GistConfig, resolve_dtype
+from reranker.core.config import RerankerConfig, resolve_dtype
 from reranker.data.data_synth import generate
 from reranker.evaluation.tables import publish
 from reranker.training.frozen_reader import FrozenGistConfig, FrozenGistTrainer
@@ -56,7 +56,7 @@ def run_training_bench(
     data = generate(
         0, 4, queries_per_product=2, n_candidates=candidates, length_tokens=(item_tokens, item_tokens + 1)
     )
-    gist = GistConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=item_tokens)
+    gist = RerankerConfig(num_gist=num_gist, dtype=dtype, max_item_tokens=item_tokens)
     train_cfg = TrainConfig(
         base=base,
         gist=gist,

@@ -78,12 +78,12 @@ def plan(
     from rich.table import Table
 
     from reranker.core.errors import one_line
-    from reranker.core.model import GistReranker
+    from reranker.core.model import Reranker
     from reranker.serving.capacity import measure_items_per_s
     from reranker.serving.capacity import plan as make_plan
 
     try:
-        reader = GistReranker.from_pretrained(spec)
+        reader = Reranker.from_pretrained(spec)
     except ValueError as exc:  # a budget in KiB that holds no position
         raise typer.BadParameter(one_line(exc), param_hint="--model") from None
     if consumer_items_per_s is None:

@@ -51,7 +51,7 @@ def train(
     query_template: Annotated[
         str | None,
         typer.Option(
-            help="how the query follows the gists; must contain {query} (default: GistConfig's for head, "
+            help="how the query follows the gists; must contain {query} (default: RerankerConfig's for head, "
             "the autoencoding prompt + {query} for query_likelihood)"
         ),
     ] = None,
@@ -69,7 +69,7 @@ def train(
     from pydantic import ValidationError
 
     relevance = load_data(data, seed, products, max_item_tokens)
-    from reranker.core.config import GistConfig, resolve_dtype, template_for
+    from reranker.core.config import RerankerConfig, resolve_dtype, template_for
     from reranker.training.trainer import TrainConfig, Trainer  # torch: once the data is known good
 
     if resume:
@@ -81,7 +81,7 @@ def train(
         extra = json.loads(config.read_text()) if config else {}
         extra |= {} if steps is None else {"steps": steps}
         try:
-            gist = GistConfig(
+            gist = RerankerConfig(
                 num_gist=num_gist,
                 keep_item_prefix=keep_item_prefix,
                 max_item_tokens=max_item_tokens,

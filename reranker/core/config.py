@@ -1,4 +1,4 @@
-"""`GistConfig`: everything about gisting that changes the stored K/V or how it is scored."""
+"""`RerankerConfig`: everything about gisting that changes the stored K/V or how it is scored."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # torch is imported where a dtype is resolved: a settings che
 DType = Literal["float32", "bfloat16", "float16"]
 # how a stored unit keeps its K/V (reranker/core/kv_codec.py): a float dtype, or integer codes with scales
 KVStorage = Literal["float32", "bfloat16", "float16", "int8", "int4", "int2"]
-# each compressor (reranker/core/compressors/) → the GistConfig settings only it reads (a model reference
+# each compressor (reranker/core/compressors/) → the RerankerConfig settings only it reads (a model reference
 # naming another compressor refuses them): here, not in the registry, which imports torch — checking a
 # model reference, every command's first step, must stay cheap
 COMPRESSOR_SETTINGS: dict[str, tuple[str, ...]] = {
@@ -35,7 +35,7 @@ def known_compressor(name: str) -> str:
 
 ScoreRule = Literal["head", "query_likelihood"]
 AE_PROMPT = "\nThe item, repeated:\n"  # separates the gists from the autoencoding target
-# settings that only change how the query reads a stored unit, never the unit (GistConfig.store_settings)
+# settings that only change how the query reads a stored unit, never the unit (RerankerConfig.store_settings)
 READING_FIELDS = ("score_rule", "query_template", "max_query_tokens", "reader_adapter_rank", "fusion")
 # ... unless the compressor's own forward reads one: selection observes the item with the query
 # template's lead-in (compressors/select.py: observation_suffix), so its units depend on the template
@@ -44,7 +44,7 @@ STORE_READS: dict[str, tuple[str, ...]] = {"select": ("query_template",)}
 LIKELIHOOD_TEMPLATE = AE_PROMPT + "{query}"
 
 
-class GistConfig(BaseModel):
+class RerankerConfig(BaseModel):
     """Compression and reading settings: everything that changes the stored K/V or how it is scored.
 
     Position scheme (gists): the item keeps its natural positions `0 … j-1`, the gists sit at
@@ -63,7 +63,7 @@ class GistConfig(BaseModel):
     rule does not change the stored K/V, only what the query's forward is turned into.
 
     Token-limit policy: items longer than `max_item_tokens` are truncated (counted in
-    `gistrank_items_truncated_total` and flagged on the `GistKV`), because long catalog text is
+    `gistrank_items_truncated_total` and flagged on the `StoredUnit`), because long catalog text is
     normal and its head carries the title and key attributes. Queries longer than
     `max_query_tokens` are rejected with `QueryTooLongError`: silently cutting a query changes what
     is asked.
@@ -130,7 +130,7 @@ class GistConfig(BaseModel):
         "head",
         description="how the query's outputs become a relevance score: 'head' = a linear head on the "
         "appended score token; 'query_likelihood' = log p(query | item) under the LM's own head, summed "
-        "over the tokens from {query} on (GistReranker.tail_scores)",
+        "over the tokens from {query} on (Reranker.tail_scores)",
     )
     max_query_tokens: int = Field(64, ge=1, description="query tokens allowed (template included)")
     dtype: DType = Field(
@@ -247,7 +247,7 @@ def preferred_dtype() -> DType:
 
 
 def resolve_dtype(dtype: str) -> DType:
-    """`auto` → `preferred_dtype()`; anything else is validated by GistConfig."""
+    """`auto` → `preferred_dtype()`; anything else is validated by RerankerConfig."""
     return preferred_dtype() if dtype == "auto" else dtype  # type: ignore[return-value]
 
 
@@ -267,5 +267,5 @@ def compute_dtype_for(storage: DType, requested: str = "auto", device: torch.dev
 
 
 def template_for(score_rule: str) -> dict[str, str]:
-    """The query template a score rule reads best with, as GistConfig overrides: {} keeps the default."""
+    """The query template a score rule reads best with, as RerankerConfig overrides: {} keeps the default."""
     return {"query_template": LIKELIHOOD_TEMPLATE} if score_rule == "query_likelihood" else {}

@@ -28,7 +28,7 @@ class EmptyInputError(GistRankError):
 
 
 class QueryTooLongError(GistRankError):
-    """The query has more tokens than `GistConfig.max_query_tokens` (queries are never truncated)."""
+    """The query has more tokens than `RerankerConfig.max_query_tokens` (queries are never truncated)."""
 
     def __init__(self, n_tokens: int, limit: int) -> None:
         super().__init__(f"query has {n_tokens} tokens, over the limit max_query_tokens={limit}")

@@ -2,7 +2,7 @@
 
 A cascade deploys the reranker interpolated with its first stage: it keeps what each is good at, and on
 a query the reranker misreads the list never falls far below the first stage's. Two rules, each a
-`GistConfig.fusion` setting written `RULE:WEIGHT[:K]` (a model reference takes `?fusion=linear:0.4`):
+`RerankerConfig.fusion` setting written `RULE:WEIGHT[:K]` (a model reference takes `?fusion=linear:0.4`):
 
 * `linear:w` — per candidate list, both score lists min-max normalised, then w · reranker + (1 − w) ·
   first stage. Scores of different scales (logits, BM25) become comparable per request, so one weight
@@ -102,7 +102,7 @@ class Fusion:
 
 
 def canonical_fusion(text: str) -> str:
-    """`text` as GistConfig stores it (`linear:.40` → `linear:0.4`), else the parse's ValueError."""
+    """`text` as RerankerConfig stores it (`linear:.40` → `linear:0.4`), else the parse's ValueError."""
     return str(Fusion.parse(text))
 
 

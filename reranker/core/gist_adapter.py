@@ -13,7 +13,7 @@ Per decoder layer l < L-1, on the residual stream of gist rows only:
 The last layer's output feeds no K/V (the stored unit is each layer's K/V, computed from that layer's
 input), so it has no adapter. Which rows are gists is the caller's: every row of a forward that runs
 gists alone (compression's second stage, training), the slots j … j+k-1 of a forward that runs item +
-gists + query (the reference, `GistReranker.score_masked`).
+gists + query (the reference, `Reranker.score_masked`).
 """
 
 from __future__ import annotations

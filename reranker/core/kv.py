@@ -1,4 +1,4 @@
-"""`GistKV`: the stored unit, one per item — what `compress` produces, the store keeps and `score` reads.
+"""`StoredUnit`: the stored unit, one per item — what `compress` produces, the store keeps and `score` reads.
 
 It says what it holds: `kv` is `(L, 2, H_kv, p + s, h)` — for every layer, K (index 0) and V (index 1)
 of the item's first `p = prefix_tokens` tokens (the hybrid prefix; 0 without one) followed by `s`
@@ -33,14 +33,14 @@ def held_columns(prefix_tokens: int, tail_lens: torch.Tensor) -> torch.Tensor:
 
 
 class Kept(NamedTuple):
-    """What a compressor produces for one item and budget, before it is stamped as a `GistKV`."""
+    """What a compressor produces for one item and budget, before it is stamped as a `StoredUnit`."""
 
     kv: torch.Tensor  # (L, 2, H_kv, p + S, h)
     head_tails: HeadTails | None = None  # per-head budgets; None: every head keeps all S columns
 
 
 @dataclass(frozen=True)
-class GistKV:
+class StoredUnit:
     kv: torch.Tensor  # (L, 2, H_kv, p + S, h); S = s unless head_tails says otherwise
     fingerprint: str  # model that produced it; any other model must refuse it
     compressor: str  # what the s columns after the prefix are: "gist", "select", "prefix", …

@@ -1,4 +1,4 @@
-"""K/V blob codec: one `GistKV` ⇄ bytes for the feature store, with every byte checked on the way back.
+"""K/V blob codec: one `StoredUnit` ⇄ bytes for the feature store, with every byte checked on the way back.
 
 Byte layout (all integers little-endian)::
 
@@ -58,7 +58,7 @@ Payload tensors:
   scale and minimum of each group of 32 add one bit per value: about 3 bits a value at int2, 5 at int4.
   Values beyond float16's range cannot be stored this way (refused at encode).
 
-Per-head budgets (``head_budgets="per_head"``, `GistKV.head_tails`): every layer keeps H_kv·s tail columns
+Per-head budgets (``head_budgets="per_head"``, `StoredUnit.head_tails`): every layer keeps H_kv·s tail columns
 but its heads share them unevenly. The payload then holds ``head_tails`` int32 (L, H_kv), each head's
 share (each layer's row sums to H_kv·s), and the real columns only, packed head after head: ``kv``
 (L, 2, T, h) with T = H_kv·(p + s) — head 0's p + s₀ columns, then head 1's, … — and for int8
@@ -68,7 +68,7 @@ are per head already). Decoding unpacks into
 which `score` masks per layer and head. The bytes are those of a uniform unit of the same s.
 
 Decoding returns the tensor in `dtype` when given, else in `source_dtype` — the dtype of the K/V that
-was encoded, i.e. the producing model's compute dtype, so a decoded blob passes `GistReranker.check_kv`
+was encoded, i.e. the producing model's compute dtype, so a decoded blob passes `Reranker.check_kv`
 of the model that wrote it whatever the storage dtype was.
 
 Every failure is a `KVBlobError` subclass; exceptions from safetensors, json or int parsing never escape.
@@ -90,7 +90,7 @@ from safetensors.torch import load, save
 
 from reranker.core.compressors import compressor_for
 from reranker.core.errors import FingerprintMismatchError, GistRankError
-from reranker.core.kv import GistKV, held_columns
+from reranker.core.kv import StoredUnit, held_columns
 
 MAGIC = b"GRKV"
 FORMAT_VERSION = 4  # 2: prefix_tokens; 3: compressor, budget, query_start; 4: per-head budgets
@@ -188,7 +188,7 @@ class BlobMetadataError(KVBlobError):
 
 @dataclass(frozen=True)
 class DecodedKV:
-    kv: GistKV
+    kv: StoredUnit
     content_hash: str  # hash of the item content the K/V was compressed from (idempotent writes)
     storage_dtype: str  # one of STORAGE_DTYPES: how the blob stored the tensor
 
@@ -353,7 +353,7 @@ def _dequantize_lowbit(tensors: dict[str, torch.Tensor], bits: int) -> torch.Ten
     return torch.stack([k, v], dim=1)
 
 
-def encode(kv: GistKV, content_hash: str, storage_dtype: str | None = None) -> bytes:
+def encode(kv: StoredUnit, content_hash: str, storage_dtype: str | None = None) -> bytes:
     """Serialise `kv` (stored as `storage_dtype`, default its own dtype) into a checksummed blob.
 
     Raises `ValueError` for an unknown storage dtype, an empty fingerprint or content hash, a tensor
@@ -630,7 +630,7 @@ def decode(
 
     out_dtype = dtype or _FLOAT_DTYPES[source]
     # copy=True: the result must not alias the payload buffer, whatever the dtypes.
-    gist_kv = GistKV(
+    gist_kv = StoredUnit(
         kv=x.to(out_dtype, copy=True),
         fingerprint=meta["fingerprint"],
         compressor=meta["compressor"],

@@ -197,7 +197,7 @@ def online_mask(
 
     Cache columns per row: P prefix slots of which the first p (prefix_lens, (N,)) are real, then K
     slots of which the first s are real (tail_lens, (N,): k gists, or the selected columns; or
-    (N, L, H_kv): each head's share under per-head budgets, `GistKV.head_tails`). Real columns visible,
+    (N, L, H_kv): each head's share under per-head budgets, `StoredUnit.head_tails`). Real columns visible,
     pad slots never; causal over the query.
     """
     device = prefix_lens.device

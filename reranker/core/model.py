@@ -1,4 +1,4 @@
-"""GistReranker: a decoder-only RoPE LM (Llama, Qwen2, …) read as a cross-encoder over stored K/V.
+"""Reranker: a decoder-only RoPE LM (Llama, Qwen2, …) read as a cross-encoder over stored K/V.
 
 One reader = body + score rule + compressor. The compressor (`reranker/core/compressors/`) says what an
 item's fixed budget of stored positions holds — its prefix, selected columns or learned gists — where
@@ -16,7 +16,7 @@ plus, when trained with `add_lora`, LoRA adapters on the body (`adapter/` of a c
 Loading, saving, LoRA, the fingerprint and the compute dtype: `weights.py`.
 
 The inference forwards (sequence layouts, masks and position ids in `layout.py`):
-    compress(items)            the compressor's stored unit per item           → list[GistKV]
+    compress(items)            the compressor's stored unit per item           → list[StoredUnit]
     score(query, kvs)          query (+ score token) against injected K/V      → (N,) online path
     rank(query, items)         score, sorted                                   → [(index, score)]
     reference_scores(q, items) the compressor's full forward, items present    → (N,) equivalence
@@ -43,7 +43,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from reranker.core import kv_codec, layout
 from reranker.core.compressors import Compressor, compressor_for
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.errors import (
     EmptyInputError,
     FingerprintMismatchError,
@@ -52,10 +52,10 @@ from reranker.core.errors import (
 )
 from reranker.core.fusion import Fusion
 from reranker.core.gist_adapter import GistAdapter
-from reranker.core.kv import GistKV, Kept
+from reranker.core.kv import Kept, StoredUnit
 from reranker.core.layout import QueryTail
 from reranker.core.reader_adapter import ReaderAdapter
-from reranker.core.weights import GistWeights
+from reranker.core.weights import RerankerWeights
 
 _INIT_SEED = 0  # gist/head init is seeded so two fresh wraps of one base share a fingerprint
 
@@ -74,12 +74,12 @@ class StackedUnits(NamedTuple):
         return StackedUnits(*(x.repeat(q, *([1] * (x.dim() - 1))) for x in self))
 
 
-class GistReranker(GistWeights):
+class Reranker(RerankerWeights):
     def __init__(
         self,
         lm: nn.Module,
         tokenizer: PreTrainedTokenizerBase,
-        gist: GistConfig,
+        gist: RerankerConfig,
         base_ref: str,
     ) -> None:
         super().__init__()
@@ -136,12 +136,12 @@ class GistReranker(GistWeights):
         return cls._mean_plus_noise(lm, num_gist, g)
 
     @torch.inference_mode(False)
-    def with_gist_config(self, gist: GistConfig, keep_gists: bool = False) -> GistReranker:
+    def with_gist_config(self, gist: RerankerConfig, keep_gists: bool = False) -> Reranker:
         """The same body (shared, not copied), score token and head under `gist`, with that config's
         untrained gists (a warm start for a student, the "untrained gists" baseline) — or with these
         trained gists when `keep_gists` and the gist layout (k, t, windows) is unchanged: the same model read
         with other settings, e.g. a longer item cap or another compressor."""
-        other = GistReranker(self.lm, self.tokenizer, gist, self.base_ref)
+        other = Reranker(self.lm, self.tokenizer, gist, self.base_ref)
         if keep_gists and gist.slot_layout != self.gist.slot_layout:
             raise ValueError(
                 f"trained gists have k={self.gist.num_gist}, t={self.gist.keep_item_prefix}, "
@@ -422,13 +422,15 @@ class GistReranker(GistWeights):
         return out
 
     @torch.inference_mode()
-    def compress(self, items: Sequence[str], batch_size: int = 16, progress: bool = False) -> list[GistKV]:
+    def compress(
+        self, items: Sequence[str], batch_size: int = 16, progress: bool = False
+    ) -> list[StoredUnit]:
         """Compress items into their stored units (the compressor's K/V of the budget k = num_gist),
         `batch_size` items per forward, sorted by length so a batch pads little. Truncated items are
-        flagged on their GistKV; the caller counts them."""
+        flagged on their StoredUnit; the caller counts them."""
         item_ids, truncated = self.item_ids(items)
         order = sorted(range(len(item_ids)), key=lambda i: len(item_ids[i]))
-        out: list[GistKV | None] = [None] * len(item_ids)
+        out: list[StoredUnit | None] = [None] * len(item_ids)
         batches = range(0, len(order), batch_size)
         for start in tqdm(batches, desc="compress", unit="batch", disable=not progress):
             idx = order[start : start + batch_size]
@@ -437,11 +439,11 @@ class GistReranker(GistWeights):
                 out[i] = self.stored_unit(kvs[self.gist], len(item_ids[i]), truncated[i])
         return out  # type: ignore[return-value]
 
-    def stored_unit(self, kept: Kept, item_tokens: int, truncated: bool = False) -> GistKV:
+    def stored_unit(self, kept: Kept, item_tokens: int, truncated: bool = False) -> StoredUnit:
         """K/V (L, 2, H_kv, p + s, h) of an item of j tokens, compressed under this reader's settings,
         as the stored unit: stamped with this reader's fingerprint, compressor, budget and query start."""
         k, p = self.gist.num_gist, min(self.gist.keep_item_prefix, item_tokens)
-        return GistKV(
+        return StoredUnit(
             kept.kv.contiguous(),
             self.fingerprint,
             compressor=self.compressor.name,
@@ -453,9 +455,9 @@ class GistReranker(GistWeights):
             head_tails=kept.head_tails,
         )
 
-    def as_stored(self, units: Sequence[GistKV]) -> list[GistKV]:
+    def as_stored(self, units: Sequence[StoredUnit]) -> list[StoredUnit]:
         """`units` as a reader of the store gets them back: encoded at this model's storage
-        (`GistConfig.storage`) and decoded — what an evaluation must score to measure what is served.
+        (`RerankerConfig.storage`) and decoded — what an evaluation must score to measure what is served.
         A float storage equal to the K/V's dtype is lossless, so those are returned as they are."""
         storage = self.gist.storage
         if storage == str(self.kv_dtype).removeprefix("torch."):
@@ -465,7 +467,7 @@ class GistReranker(GistWeights):
             kv_codec.decode(b, expected_fingerprint=self.fingerprint, dtype=self.kv_dtype).kv for b in blobs
         ]
 
-    def check_kv(self, kvs: Sequence[GistKV]) -> None:
+    def check_kv(self, kvs: Sequence[StoredUnit]) -> None:
         """Refuse K/V that this model did not produce or that does not fit its layout, dtype or limits."""
         if not kvs:
             raise EmptyInputError("no candidates given")
@@ -498,7 +500,7 @@ class GistReranker(GistWeights):
             if x.kv.dtype != self.kv_dtype:
                 raise KVFormatError(f"candidate {i}: K/V dtype {x.kv.dtype}, expected {self.kv_dtype}")
 
-    def read_kv(self, blob: bytes) -> GistKV:
+    def read_kv(self, blob: bytes) -> StoredUnit:
         """A stored blob as K/V this model can score: decoded (its fingerprint must be this model's) in
         the model's K/V dtype and checked (`check_kv`). Raises `GistRankError` (`ForeignFingerprintError`
         for another model's blob) when it cannot be used."""
@@ -508,13 +510,13 @@ class GistReranker(GistWeights):
 
     @property
     def fusion(self) -> Fusion:
-        """How first-stage scores are combined with this model's (`GistConfig.fusion`)."""
+        """How first-stage scores are combined with this model's (`RerankerConfig.fusion`)."""
         return Fusion.parse(self.gist.fusion)
 
     def rank(
         self,
         query: str,
-        items: Sequence[str] | Sequence[GistKV],
+        items: Sequence[str] | Sequence[StoredUnit],
         top_k: int | None = None,
         batch_size: int = 16,
         first_stage_scores: Sequence[float] | None = None,
@@ -561,13 +563,13 @@ class GistReranker(GistWeights):
         return out
 
     @torch.inference_mode()
-    def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor:
+    def score(self, query: str, kvs: Sequence[StoredUnit]) -> torch.Tensor:
         """Online path: ONE forward of the query (+ score token) for all N candidates against their
         injected K/V → (N,) float32 scores. No item token and no placeholder is in the sequence."""
         self.check_kv(kvs)
         return self.read_stored(self.query_tail(query), *self.stack_units(kvs))
 
-    def stack_units(self, kvs: Sequence[GistKV]) -> StackedUnits:
+    def stack_units(self, kvs: Sequence[StoredUnit]) -> StackedUnits:
         """Stored units as one batch for `read_stored` (padded columns are masked there)."""
         prefix_lens = torch.tensor([x.prefix_tokens for x in kvs], device=self.device)  # (N,) p
         if all(x.head_tails is None for x in kvs):
@@ -639,7 +641,7 @@ def likelihood(logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (picked * (targets >= 0)).sum(-1)
 
 
-def _pad(x: GistKV, prefix_slots: int, tail_slots: int) -> torch.Tensor:
+def _pad(x: StoredUnit, prefix_slots: int, tail_slots: int) -> torch.Tensor:
     """(L, 2, H_kv, p + s, h) → (L, 2, H_kv, P + K, h): pad columns after the prefix and after the
     tail, which the online mask hides, so entries of different lengths share one batch (items
     shorter than t, or than t + k under selection)."""

@@ -35,7 +35,7 @@ def check_model_ref(ref: str | Path) -> None:
     names, folders and a checkpoint's `gistrank.json`: no weights."""
     from pydantic import ValidationError
 
-    from reranker.core.config import GistConfig  # imports torch: only once the name is known to be fine
+    from reranker.core.config import RerankerConfig  # imports torch: only once the name is known to be fine
 
     try:
         name, settings = split_spec(ref)
@@ -65,9 +65,9 @@ def check_model_ref(ref: str | Path) -> None:
             raise ModelReferenceError(f"{exc}{hint}") from None
     # a checkpoint is read under its saved settings with the reference's over them; a base under the
     # defaults with them (fields a newer GistRank removed are the loader's to judge)
-    fields = {key: value for key, value in saved.items() if key in GistConfig.model_fields}
+    fields = {key: value for key, value in saved.items() if key in RerankerConfig.model_fields}
     settings.pop(BUDGET_KIB, None)  # checked by split_spec; the positions it buys need the weights' shapes
     try:
-        GistConfig.model_validate(fields | settings)
+        RerankerConfig.model_validate(fields | settings)
     except (ValidationError, ValueError) as exc:
         raise ModelReferenceError(f"{ref}: {one_line(exc)}") from None

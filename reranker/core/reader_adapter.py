@@ -15,7 +15,7 @@ Per decoder layer l and projection W ∈ {q, k, v, o, gate, up, down}, at query 
 LoRA's update, restricted by rows (RRK, arXiv 2505.15394, trains a reader over a frozen compressor the
 same way). Which rows are the query's is the caller's: every row of the online forward (only the query
 runs there), the last ℓ real rows of each sequence in a reference forward that has the item in front
-(`GistReranker.forward_rows`). Compression forwards never enter `on_rows`.
+(`Reranker.forward_rows`). Compression forwards never enter `on_rows`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
-"""A GistReranker's weights: checkpoint I/O, LoRA adapters, the fingerprint, and the compute dtype.
+"""A Reranker's weights: checkpoint I/O, LoRA adapters, the fingerprint, and the compute dtype.
 
 A checkpoint folder:
-    gistrank.json      format, base reference, GistConfig, fingerprint
+    gistrank.json      format, base reference, RerankerConfig, fingerprint
     gist.safetensors   gist embeddings, score token, head (+ the gist adapter, when it has one)
     adapter/           LoRA adapters (peft format), when trained with `add_lora`
     base/              the whole body, when fully fine-tuned (`store_base`)
 
-Two dtypes. `GistConfig.dtype` is the **storage** dtype: the dtype of the stored K/V and the precision
+Two dtypes. `RerankerConfig.dtype` is the **storage** dtype: the dtype of the stored K/V and the precision
 the weights are fingerprinted at, so it is part of the K/V contract. The **compute** dtype is chosen
 per machine at load (`compute_dtype="auto"`: the storage dtype where this machine computes it natively,
 fp32 where it would be emulated — `config.compute_dtype_for`), because emulated bf16 matmuls run ~30×
 slower than fp32 on an AVX2-only CPU. The fingerprint is taken in the storage dtype before the cast,
 so a checkpoint has one fingerprint on every machine, and K/V compressed anywhere is valid everywhere.
-How the store keeps that K/V (`GistConfig.kv_storage`: bf16, or int8 / int4 / int2 codes) is a third
+How the store keeps that K/V (`RerankerConfig.kv_storage`: bf16, or int8 / int4 / int2 codes) is a third
 setting, of the stored unit, in the store fingerprint: never chosen by the machine.
 """
 
@@ -40,7 +40,7 @@ from reranker.core.checkpoints import (
     split_spec,
 )
 from reranker.core.compressors import compressor_for
-from reranker.core.config import GistConfig, compute_dtype_for, resolve_dtype
+from reranker.core.config import RerankerConfig, compute_dtype_for, resolve_dtype
 from reranker.core.fusion import DEFAULT_FUSION
 from reranker.core.kv_codec import payload_nbytes, positions_within
 
@@ -51,7 +51,7 @@ GIST_WEIGHTS_FILE = "gist.safetensors"
 ADAPTER_DIR = "adapter"
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKPOINT_FORMAT = 1
-# GistConfig fields newer than format 1: hashed only off these defaults, so older checkpoints keep theirs
+# RerankerConfig fields newer than format 1: hashed only off these defaults, so older checkpoints keep theirs
 _LATER_FIELDS = {
     "score_rule": "head",
     "compressor": "gist",
@@ -83,13 +83,13 @@ _STORE_ONLY_FIELDS = {
     "fusion",
 }
 _GIST_TENSORS = ("gist_embeddings", "gist_adapter.")
-# GistConfig fields removed since format 1 (experiments that did not help; last commit with them: faba5cc):
+# RerankerConfig fields removed since format 1 (experiments that did not help; last commit: faba5cc):
 # a checkpoint that has one at this value loads as if it had never existed; any other value is refused
 _REMOVED_FIELDS = {"gist_read_bias": 0.0}
 
 
 def migrate_gist_fields(fields: dict[str, Any], source: str | Path) -> dict[str, Any]:
-    """A saved `gist` config → today's GistConfig fields (drops removed fields at their old defaults)."""
+    """A saved `gist` config → today's RerankerConfig fields (drops removed fields at their old defaults)."""
     fields = dict(fields)
     for name, default in _REMOVED_FIELDS.items():
         if name in fields and fields.pop(name) != default:
@@ -104,12 +104,12 @@ def _default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-class GistWeights(nn.Module):
-    """Weights and their persistence, mixed into `GistReranker` (reranker/core/model.py)."""
+class RerankerWeights(nn.Module):
+    """Weights and their persistence, mixed into `Reranker` (reranker/core/model.py)."""
 
     lm: nn.Module
     tokenizer: PreTrainedTokenizerBase
-    gist: GistConfig
+    gist: RerankerConfig
     base_ref: str
     gist_embeddings: nn.Parameter
     score_embedding: nn.Parameter
@@ -123,7 +123,7 @@ class GistWeights(nn.Module):
     def from_pretrained(
         cls,
         base: str | Path = DEFAULT_BASE,
-        gist: GistConfig | None = None,
+        gist: RerankerConfig | None = None,
         device: str | torch.device | None = None,
         compute_dtype: str = "auto",
     ) -> Self:
@@ -142,15 +142,17 @@ class GistWeights(nn.Module):
         base = resolve_checkpoint(ref)
         ckpt = Path(base) / CHECKPOINT_FILE
         if not ckpt.is_file():
-            config = GistConfig(**((gist or GistConfig()).model_dump() | settings))
+            config = RerankerConfig(**((gist or RerankerConfig()).model_dump() | settings))
             model = cls._wrap(base, str(base), config, device)
             if kib is not None:  # untrained slots: any budget is read the same way
-                model = model.with_gist_config(GistConfig(**(config.model_dump() | model._budget_for(kib))))
+                model = model.with_gist_config(
+                    RerankerConfig(**(config.model_dump() | model._budget_for(kib)))
+                )
             return model.to_compute(compute_dtype)
         meta = json.loads(ckpt.read_text())
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{ckpt}: unsupported checkpoint format {meta.get('format')!r}")
-        saved = GistConfig(**migrate_gist_fields(meta["gist"], ckpt))
+        saved = RerankerConfig(**migrate_gist_fields(meta["gist"], ckpt))
         if gist is not None and gist != saved:
             raise ValueError(f"{base} was trained with {saved}, not {gist}")
         base_ref = meta["base"]
@@ -166,12 +168,12 @@ class GistWeights(nn.Module):
                 "trained on"
             )
         if kib is not None:
-            settings |= model._budget_for(kib, GistConfig(**(model.gist.model_dump() | settings)))
+            settings |= model._budget_for(kib, RerankerConfig(**(model.gist.model_dump() | settings)))
         if settings:
             model = model._read_with(settings, ckpt)
         return model.to_compute(compute_dtype)
 
-    def _budget_for(self, kib: float, config: GistConfig | None = None) -> dict[str, int]:
+    def _budget_for(self, kib: float, config: RerankerConfig | None = None) -> dict[str, int]:
         """num_gist: the most positions after the hybrid prefix whose K/V fits `kib` KiB per item at
         `config`'s storage (default this model's settings)."""
         config = config or self.gist
@@ -202,7 +204,7 @@ class GistWeights(nn.Module):
         `REF?settings`) — read with the settings given over its own (None keeps the model's): the one
         loader of the demo, the consumer and the backfill; `serve` hands Triton the same reference with
         the same settings (`model_spec`), so their K/V fingerprints agree. A base is wrapped with
-        storage dtype `dtype` (`auto`: bf16 where the CPU computes it natively; None: GistConfig's
+        storage dtype `dtype` (`auto`: bf16 where the CPU computes it natively; None: RerankerConfig's
         default); a checkpoint keeps the dtype it was trained with, and naming another is an error."""
         spec = model_spec(
             ref,
@@ -212,7 +214,7 @@ class GistWeights(nn.Module):
             kv_storage=kv_storage,
         )
         if not is_checkpoint(spec):
-            gist = GistConfig(**({"dtype": resolve_dtype(dtype)} if dtype else {}))
+            gist = RerankerConfig(**({"dtype": resolve_dtype(dtype)} if dtype else {}))
             return cls.from_pretrained(spec, gist, device=device)
         model = cls.from_pretrained(spec, device=device)
         if dtype not in (None, "auto") and model.gist.dtype != dtype:
@@ -221,7 +223,7 @@ class GistWeights(nn.Module):
 
     def _read_with(self, settings: dict[str, str], source: Path) -> Self:
         """This checkpoint under other reading settings (a longer item cap, another compressor)."""
-        config = GistConfig(**(self.gist.model_dump() | settings))
+        config = RerankerConfig(**(self.gist.model_dump() | settings))
         same_layout = config.slot_layout == self.gist.slot_layout
         if not same_layout and compressor_for(config.compressor).learned:
             raise ValueError(
@@ -232,7 +234,7 @@ class GistWeights(nn.Module):
         return self.with_gist_config(config, keep_gists=same_layout)  # type: ignore[attr-defined]
 
     @classmethod
-    def _wrap(cls, base: str | Path, base_ref: str, gist: GistConfig, device: torch.device) -> Self:
+    def _wrap(cls, base: str | Path, base_ref: str, gist: RerankerConfig, device: torch.device) -> Self:
         path = resolve_base(base)
         lm = AutoModelForCausalLM.from_pretrained(path, dtype=gist.torch_dtype).to(device).eval()
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -341,7 +343,7 @@ class GistWeights(nn.Module):
     @property
     def fingerprint(self) -> str:
         """The store's fingerprint: blake2b over every weight and setting a stored unit depends on — the
-        body, gists and gist adapter, `GistConfig.store_settings` — in the storage dtype. Stamped on
+        body, gists and gist adapter, `RerankerConfig.store_settings` — in the storage dtype. Stamped on
         every stored unit and naming the Feast view: units are valid exactly for the models that share
         it, and a reader retrained on query rows only (`reader_adapter`, head, score rule, template)
         keeps it, so it reads the same store. Recomputed whenever a parameter was modified in place
@@ -416,5 +418,5 @@ class GistWeights(nn.Module):
 
     @property
     def kv_dtype(self) -> torch.dtype:
-        """The storage dtype of the K/V this model compresses and accepts (`GistConfig.dtype`)."""
+        """The storage dtype of the K/V this model compresses and accepts (`RerankerConfig.dtype`)."""
         return self.gist.torch_dtype

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from reranker.catalog.sample import sample_catalog, sample_queries
 from reranker.core.checkpoints import is_checkpoint
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.core.render import render_item
 
 
@@ -27,10 +27,10 @@ def run_core_demo(
     compressor: str | None = None,
     max_item_tokens: int | None = None,
 ) -> None:
-    """`base` read as the pipeline demo reads it (`GistReranker.read`)."""
+    """`base` read as the pipeline demo reads it (`Reranker.read`)."""
     console = Console()
     start = time.perf_counter()
-    model = GistReranker.read(base, dtype, compressor, num_gist, max_item_tokens)
+    model = Reranker.read(base, dtype, compressor, num_gist, max_item_tokens)
     trained = is_checkpoint(base)
     g = model.gist
     console.print(

@@ -25,7 +25,7 @@ from rich.table import Table
 from monitoring.scrape import histogram_quantile, sample_sum, scrape
 from reranker.catalog.sample import SAMPLE_CATALOG, sample_queries
 from reranker.core.checkpoints import default_shadow
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.evaluation.baselines import bm25_scores
 from reranker.ranking_metrics import top_k
 from reranker.serving.local_run import Steps, serving_checkpoint
@@ -185,7 +185,7 @@ def _publish_catalog(settings: KafkaSettings, catalog_url: str, console: Console
 
 
 def _consume_catalog(
-    settings: KafkaSettings, model: GistReranker, catalog: Catalog, workdir: Path, console: Console
+    settings: KafkaSettings, model: Reranker, catalog: Catalog, workdir: Path, console: Console
 ) -> tuple[GistStore, list[str], int]:
     """Run the consumer until Feast holds every catalog item → (store, item ids, items stored)."""
     from reranker.store import GistStore
@@ -260,7 +260,7 @@ def _rank_side_by_side(
 def _update_flows_through(
     console: Console,
     settings: KafkaSettings,
-    model: GistReranker,
+    model: Reranker,
     catalog: Catalog,
     store: GistStore,
     gist_client: RerankClient,

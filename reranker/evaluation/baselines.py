@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
-from reranker.core.config import SETTING_OWNERS, GistConfig
-from reranker.core.model import GistReranker
+from reranker.core.config import SETTING_OWNERS, RerankerConfig
+from reranker.core.model import Reranker
 from reranker.data.relevance_data import CollectionStats, bm25_terms, collection_stats
 
 BM25_K1, BM25_B = 0.9, 0.4  # Anserini's defaults (TREC newswire); also the import's bm25:N first stage
@@ -49,13 +49,13 @@ def bm25_scores(
     return scores
 
 
-def untrained_gists(model: GistReranker) -> GistReranker:
+def untrained_gists(model: Reranker) -> Reranker:
     """`model`'s body and head with its initial gist embeddings (its fingerprint rightly differs: K/V of
     one set of gists must not be read by a model holding the other)."""
     return model.with_gist_config(model.gist)
 
 
-def gists_untrained(model: GistReranker) -> bool:
+def gists_untrained(model: Reranker) -> bool:
     """`model`'s gists are its seeded initial ones and its gist adapter adds nothing: a base read with
     `compressor=gist` (e.g. untrained pooled gists), which is its own untrained-gists control."""
     initial = model.initial_gist_embeddings(model.lm, model.gist.num_gist).to(model.gist_embeddings)
@@ -63,18 +63,18 @@ def gists_untrained(model: GistReranker) -> bool:
     return torch.equal(model.gist_embeddings, initial) and (adapter is None or not adapter.up.any())
 
 
-def prefix_config(gist: GistConfig, budget: int) -> GistConfig:
+def prefix_config(gist: RerankerConfig, budget: int) -> RerankerConfig:
     """`gist` set up to store prefix caching of `budget` positions per item: the "prefix" compressor with
     t = 0, k = `budget` — the K/V of the item's first min(budget, j) tokens, the query right after them
     (an item shorter than the budget is stored whole)."""
     update = {"num_gist": budget, "keep_item_prefix": 0, "compressor": "prefix"}
     # settings only another compressor reads go back to their defaults, so the controls of students that
     # differ only there (a SnapKV and a KVzip student of one body) are one system, scored once
-    defaults = {name: GistConfig.model_fields[name].default for name in SETTING_OWNERS}
-    return GistConfig(**(gist.model_dump() | defaults | update))
+    defaults = {name: RerankerConfig.model_fields[name].default for name in SETTING_OWNERS}
+    return RerankerConfig(**(gist.model_dump() | defaults | update))
 
 
-def prefix_reader(model: GistReranker, budget: int) -> GistReranker:
+def prefix_reader(model: Reranker, budget: int) -> Reranker:
     """`model`'s body and head reading prefix caching of `budget` positions (`prefix_config`): the
     baseline at the same budget, read by the same body and head."""
     return model.with_gist_config(prefix_config(model.gist, budget))

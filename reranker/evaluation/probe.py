@@ -45,8 +45,8 @@ from rich.console import Console
 from tqdm.auto import tqdm
 
 from reranker.core.compressors.select import eager_attention
-from reranker.core.config import GistConfig
-from reranker.core.model import GistReranker
+from reranker.core.config import RerankerConfig
+from reranker.core.model import Reranker
 from reranker.data.relevance_data import RelevanceSet
 from reranker.evaluation.tables import print_table, publish
 from reranker.training.forwards import autoencode_control, autoencode_loss
@@ -84,14 +84,14 @@ def probe_states(
     chosen = data.split(split).queries[:queries]
     if not chosen:
         raise ValueError(f"split {split!r} has no queries")
-    teacher = GistReranker.from_pretrained(teacher_path, device=device)
-    student = GistReranker.from_pretrained(student_path, device=device)
+    teacher = Reranker.from_pretrained(teacher_path, device=device)
+    student = Reranker.from_pretrained(student_path, device=device)
     if teacher.gist.query_reading != student.gist.query_reading:  # rows compare position by position
         teacher = teacher.with_gist_config(teacher.gist.model_copy(update=student.gist.query_reading))
     if fresh_gists is not None:
         k, t = fresh_gists
         student = student.with_gist_config(
-            GistConfig(**(student.gist.model_dump() | {"num_gist": k, "keep_item_prefix": t}))
+            RerankerConfig(**(student.gist.model_dump() | {"num_gist": k, "keep_item_prefix": t}))
         )
     keys = ("share", "share_s", "gap", "centered", "peak_s", "peak_t", "gist_v_share", *ATTENTION_KEYS)
     sums: list[dict[str, float]] = []
@@ -185,7 +185,7 @@ def probe_states(
     return rows
 
 
-def query_states(model: GistReranker, query: str, items: list[str], full: bool) -> torch.Tensor:
+def query_states(model: Reranker, query: str, items: list[str], full: bool) -> torch.Tensor:
     """The query (+ score token)'s output at every layer in `score_full` (or `score_masked`)'s forward
     → (N, L, ℓ, D)."""
     rows, item_ids, q = model.tail_rows(query, items, full)
@@ -198,7 +198,7 @@ def query_states(model: GistReranker, query: str, items: list[str], full: bool) 
 
 
 def attention(
-    model: GistReranker, query: str, items: list[str], full: bool
+    model: Reranker, query: str, items: list[str], full: bool
 ) -> tuple[torch.Tensor, list[list[int]], int]:
     """Where every position looks in `score_full`'s (or `score_masked`'s) forward: attention weights
     averaged over heads → ((N, L, S, S) float32, each item's token ids, tail length ℓ). Runs with eager
@@ -234,7 +234,7 @@ def _item_share(x: torch.Tensor) -> float:
 
 
 def _attention_shares(
-    teacher: GistReranker, student: GistReranker, query: str, texts: list[str], reads: list[Counter[int]]
+    teacher: Reranker, student: Reranker, query: str, texts: list[str], reads: list[Counter[int]]
 ) -> dict[str, list[float]]:
     """ATTENTION_KEYS → one value per layer (mean over the query's candidates) for one query; adds each
     candidate's per-layer token shares of the gists' item attention to `reads`."""

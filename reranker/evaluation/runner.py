@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from reranker.core.fusion import interpolate
 from reranker.core.kv_codec import payload_nbytes
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.data.relevance_data import RelevanceSet, collection_stats
 from reranker.evaluation.baselines import BM25_B, BM25_K1
 from reranker.evaluation.fusion import fit_weight
@@ -69,7 +69,7 @@ def query_metrics(
     return out
 
 
-def best_item_tokens(model: GistReranker, test: RelevanceSet, texts_by_id: Mapping[str, str]) -> list[int]:
+def best_item_tokens(model: Reranker, test: RelevanceSet, texts_by_id: Mapping[str, str]) -> list[int]:
     """Per query: tokens of its best-labelled candidate (the first of equals), what slices by length."""
     lengths = []
     for query in test.queries:
@@ -198,7 +198,7 @@ def evaluate(
     test = data.split(split, max_queries)
     if not test.queries:
         raise ValueError(f"split {split!r} has no queries")
-    teacher = GistReranker.from_pretrained(teacher_path, device=device)
+    teacher = Reranker.from_pretrained(teacher_path, device=device)
     used = {item_id for q in test.queries for item_id, _ in test.candidates(q.query_id)}
     texts_by_id = {item_id: data.items[item_id].text for item_id in sorted(used)}
     collection = data.collection or collection_stats(item.text for item in data.items.values())

@@ -14,45 +14,45 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from reranker.core.config import GistConfig
-from reranker.core.kv import GistKV
-from reranker.core.model import GistReranker
+from reranker.core.config import RerankerConfig
+from reranker.core.kv import StoredUnit
+from reranker.core.model import Reranker
 
 
-def layout_reader(body: GistReranker, layout: GistConfig) -> GistReranker:
+def layout_reader(body: Reranker, layout: RerankerConfig) -> Reranker:
     """`body` set up to read `layout`: itself under its own settings, else the same weights (shared)."""
     return body if layout == body.gist else body.with_gist_config(layout)
 
 
-def sweep_body(model: GistReranker) -> GistReranker:
+def sweep_body(model: Reranker) -> Reranker:
     """`model` with the settings its compressor sweeps at their defaults: readers that give the same
     one (the same fingerprint) can share one compression pass."""
-    defaults = {name: GistConfig.model_fields[name].default for name in model.compressor.sweepable}
-    return layout_reader(model, GistConfig(**(model.gist.model_dump() | defaults)))
+    defaults = {name: RerankerConfig.model_fields[name].default for name in model.compressor.sweepable}
+    return layout_reader(model, RerankerConfig(**(model.gist.model_dump() | defaults)))
 
 
 class BudgetSweep:
     """Layouts `layouts` of `body` (a select or prefix reader), compressed on first use, for every
     layout at once, and kept until `forget`."""
 
-    def __init__(self, body: GistReranker, layouts: Sequence[GistConfig], batch_size: int = 16) -> None:
+    def __init__(self, body: Reranker, layouts: Sequence[RerankerConfig], batch_size: int = 16) -> None:
         if body.compressor.learned:
             raise ValueError(f"a {body.compressor.name!r} model has one trained layout; nothing to sweep")
         self.body, self.batch_size = body, batch_size
         self.layouts = body.compressor.check_layouts(body, layouts)
         # one reader per layout: a fingerprint hashes every weight, so it is computed once per layout
         self.readers = {c: layout_reader(body, c) for c in self.layouts}
-        self.done: dict[GistConfig, dict[str, GistKV]] = {c: {} for c in self.layouts}
+        self.done: dict[RerankerConfig, dict[str, StoredUnit]] = {c: {} for c in self.layouts}
         self.seconds, self.items = 0.0, 0  # the passes' wall time and the items they compressed
 
     def cost(self) -> tuple[float, int]:
         """(seconds, items) of the passes so far: what compressing an item costs any one layout."""
         return self.seconds, self.items
 
-    def reader(self, layout: GistConfig) -> GistReranker:
+    def reader(self, layout: RerankerConfig) -> Reranker:
         return self.readers[layout]
 
-    def compress(self, layout: GistConfig, texts: list[str]) -> list[GistKV]:
+    def compress(self, layout: RerankerConfig, texts: list[str]) -> list[StoredUnit]:
         """The stored units of `layout` for `texts` (each what `reader(layout).compress` gives)."""
         todo = [t for t in dict.fromkeys(texts) if t not in self.done[layout]]
         if todo:

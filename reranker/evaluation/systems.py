@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from reranker.core.compressors import compressor_for
-from reranker.core.config import GistConfig
-from reranker.core.kv import GistKV
-from reranker.core.model import GistReranker
+from reranker.core.config import RerankerConfig
+from reranker.core.kv import StoredUnit
+from reranker.core.model import Reranker
 from reranker.data.relevance_data import CollectionStats, collection_stats
 from reranker.evaluation.baselines import (
     BM25_B,
@@ -71,10 +71,10 @@ class System:
     compress_cost: Callable[[], tuple[float, int]] | None = None
     training_seconds: float | None = None  # the wall time of the run that trained it (none: untrained)
     served_as: str | None = None  # the model reference `gistrank serve` loads for it (a student's own path)
-    storage: str | None = None  # how its store keeps the K/V (GistConfig.storage): the bytes it costs
+    storage: str | None = None  # how its store keeps the K/V (RerankerConfig.storage): the bytes it costs
 
 
-def _layout_name(gist: GistConfig, family: str = "gist", with_k: bool = True) -> str:
+def _layout_name(gist: RerankerConfig, family: str = "gist", with_k: bool = True) -> str:
     """E.g. `gist t=32 k=8`, `gist pooled k=64` (GistPool's windows), `select kvzip per-head t=32 k=32`;
     without k it names a plot line (one point per trained k)."""
     settings = compressor_for(gist.compressor).settings
@@ -106,8 +106,8 @@ class StoredKV:
     def __init__(
         self,
         texts_by_id: Mapping[str, str],
-        reader: Callable[[], GistReranker],
-        compress: Callable[[GistReranker, list[str]], list[GistKV]],
+        reader: Callable[[], Reranker],
+        compress: Callable[[Reranker, list[str]], list[StoredUnit]],
         release: Callable[[list[str]], None] | None = None,
         cost: Callable[[], tuple[float, int]] | None = None,
     ) -> None:
@@ -115,13 +115,13 @@ class StoredKV:
         self._reader = reader
         self._compress = compress
         self._release = release
-        self._model: GistReranker | None = None
-        self._kvs: dict[str, GistKV] = {}
+        self._model: Reranker | None = None
+        self._kvs: dict[str, StoredUnit] = {}
         self.stored: dict[str, int] = {}  # item id → K/V positions kept (the costs' bytes per item)
         self.seconds, self.items = 0.0, 0  # spent in `compress`, items it compressed
         self._cost = cost or (lambda: (self.seconds, self.items))
 
-    def _reading_model(self) -> GistReranker:
+    def _reading_model(self) -> Reranker:
         if self._model is None:
             self._model = self._reader()
         return self._model
@@ -170,22 +170,22 @@ class StoredKV:
         )
 
 
-def _own_compress(model: GistReranker, texts: list[str]) -> list[GistKV]:
+def _own_compress(model: Reranker, texts: list[str]) -> list[StoredUnit]:
     return model.as_stored(model.compress(texts))  # what serving reads: through the store's precision
 
 
-def _key(model: GistReranker, what: str = "") -> str:
+def _key(model: Reranker, what: str = "") -> str:
     """What produces a system's scores: the reading model's fingerprint (weights and every reading
     setting but fusion, which no score depends on) and compute dtype."""
     return f"{what}{model.scores_fingerprint} {str(model.dtype).removeprefix('torch.')}"
 
 
-def full_scorer(model: GistReranker, texts_by_id: Mapping[str, str]) -> Scorer:
+def full_scorer(model: Reranker, texts_by_id: Mapping[str, str]) -> Scorer:
     """A full-context model reading every candidate's text (the teacher, or another full model)."""
     return lambda query, cand_ids: model.score_full(query, [texts_by_id[i] for i in cand_ids]).tolist()
 
 
-def full_system(model: GistReranker, texts_by_id: Mapping[str, str], facts: SystemFacts) -> System:
+def full_system(model: Reranker, texts_by_id: Mapping[str, str], facts: SystemFacts) -> System:
     return System(full_scorer(model, texts_by_id), facts, key=_key(model, "full context "))
 
 
@@ -207,18 +207,18 @@ def baseline_systems(
     }
 
 
-def _prefix_sweep(reader: GistReranker, budgets: Sequence[int]) -> BudgetSweep:
+def _prefix_sweep(reader: Reranker, budgets: Sequence[int]) -> BudgetSweep:
     """Prefix caching of each of `budgets` positions, read by `reader`'s body and head, in one pass."""
     body = prefix_reader(reader, max(budgets))
     return BudgetSweep(body, [prefix_config(body.gist, b) for b in budgets])
 
 
 def _gist_systems(
-    student: GistReranker,
+    student: Reranker,
     texts_by_id: Mapping[str, str],
     prefix_ks: Sequence[int],
     label: str = "",
-    base: GistReranker | None = None,
+    base: Reranker | None = None,
     shared: BudgetSweep | None = None,
     prefixes: BudgetSweep | None = None,
     trained_s: float | None = None,
@@ -311,14 +311,14 @@ def student_systems(
     Select or prefix students that differ only in k (same body and settings) share one body and one
     compression pass (`BudgetSweep`), and so do those that differ in anything else one pass serves (a
     selection student's hybrid prefix t and per-head rule)."""
-    students = [GistReranker.from_pretrained(path, device=device) for path in paths]
+    students = [Reranker.from_pretrained(path, device=device) for path in paths]
     # the name `_gist_systems` gives each (its compressor, t, k): only students that would share one need
     # their run folder in it, so a cached system keeps its name when another compressor's student joins
     layouts = [_layout_name(s.gist, s.gist.compressor) for s in students]
     labels = [_run_label(p) if layouts.count(n) > 1 else "" for p, n in zip(paths, layouts, strict=True)]
     if len(set(zip(layouts, labels, strict=True))) < len(students):
         raise ValueError(f"students {list(map(str, paths))} repeat a layout and a run folder name")
-    groups: dict[str, list[GistReranker]] = {}
+    groups: dict[str, list[Reranker]] = {}
     group_of: list[str | None] = []
     for student in students:
         group = None
@@ -341,7 +341,7 @@ def student_systems(
         budgets = sorted(totals | {first.keep_item_prefix + k for k in prefix_ks})
         prefix_passes[g] = (_prefix_sweep(passes[g].body, budgets), totals, first)
     del groups
-    bases: dict[tuple[str, str], GistReranker] = {}
+    bases: dict[tuple[str, str], Reranker] = {}
     systems: dict[str, System] = {}
     for student, path, label, group in zip(students, paths, labels, group_of, strict=True):
         controls, prefixes = prefix_ks, None
@@ -353,7 +353,7 @@ def student_systems(
         if control_base:
             key = (student.base_ref, student.gist.dtype)
             if key not in bases:
-                bases[key] = GistReranker.from_pretrained(student.base_ref, student.gist, device=device)
+                bases[key] = Reranker.from_pretrained(student.base_ref, student.gist, device=device)
             base = bases[key].with_gist_config(student.gist)  # untouched: its initial gists and head
         shared = passes[group] if group is not None else None
         trained_s = training_seconds(path)
@@ -371,7 +371,7 @@ def full_context_systems(
     """Other full-context models (e.g. a cheaper shadow candidate), each reading every item in full."""
     return {
         f"full context · {path}": full_system(
-            GistReranker.from_pretrained(path, device=device), texts_by_id, SystemFacts("full context", None)
+            Reranker.from_pretrained(path, device=device), texts_by_id, SystemFacts("full context", None)
         )
         for path in paths
     }

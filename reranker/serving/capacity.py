@@ -25,7 +25,7 @@ import torch
 
 from reranker.core.kv import Kept
 from reranker.core.kv_codec import encode
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 
 GIB = 1024**3
 
@@ -43,7 +43,7 @@ class ModelShape:
     vocab: int = 0
 
     @classmethod
-    def of(cls, model: GistReranker) -> ModelShape:
+    def of(cls, model: Reranker) -> ModelShape:
         cfg = model.lm.config
         return cls(
             layers=model.num_layers,
@@ -66,9 +66,9 @@ class ModelShape:
         return self.layers * (2 * weights + 4 * visible * q)
 
 
-def blob_bytes(model: GistReranker) -> int:
+def blob_bytes(model: Reranker) -> int:
     """Bytes of one item's blob as the codec writes it, at the model's stored positions p + k and its
-    storage (`GistConfig.storage`), for an item as long as the cap (its length is header metadata: other
+    storage (`RerankerConfig.storage`), for an item as long as the cap (its length is header metadata: other
     lengths differ by a few bytes)."""
     g = model.gist
     j, p = g.max_item_tokens, g.keep_item_prefix
@@ -127,7 +127,7 @@ class Plan:
 
 
 def plan(
-    model: GistReranker,
+    model: Reranker,
     items: int,
     qps: float,
     candidates: int,
@@ -192,7 +192,7 @@ def plan(
     return result
 
 
-def measure_items_per_s(model: GistReranker, item_tokens: int, items: int = 16) -> float:
+def measure_items_per_s(model: Reranker, item_tokens: int, items: int = 16) -> float:
     """Items/s `model.compress` reaches here on made-up items of about `item_tokens` tokens (what
     one consumer process compresses, store writes aside)."""
     texts = [f"item {i}: " + "catalog detail text " * (item_tokens // 3) for i in range(items)]

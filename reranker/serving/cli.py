@@ -185,7 +185,7 @@ def serve(
 
 
 def _fusion_setting(fusion: str, model: str) -> str:
-    """--fusion as a GistConfig setting: as given, or read for `model` from an eval's fusion.json."""
+    """--fusion as a RerankerConfig setting: as given, or read for `model` from an eval's fusion.json."""
     from pathlib import Path
 
     from reranker.core.fusion import FUSION_FILE, canonical_fusion, served_fusion

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from reranker.core.checkpoints import is_checkpoint, model_spec
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 
 
 class Steps:
@@ -31,7 +31,7 @@ class Steps:
 class ServingModel:
     """The one checkpoint that every component of a run loads, so writer and server share a fingerprint."""
 
-    model: GistReranker
+    model: Reranker
     checkpoint: str  # what the server loads: a checkpoint folder, with reading settings if any
     trained: bool  # a GistRank checkpoint (else a base wrapped with untrained gists and head)
 
@@ -44,9 +44,9 @@ def serving_checkpoint(
     num_gist: int | None = None,
     max_item_tokens: int | None = None,
 ) -> ServingModel:
-    """`GistReranker.read`, a wrapped base saved to `workdir/model` so that the server can load it."""
+    """`Reranker.read`, a wrapped base saved to `workdir/model` so that the server can load it."""
     spec = model_spec(model, compressor=compressor, num_gist=num_gist, max_item_tokens=max_item_tokens)
-    gist_model = GistReranker.read(spec, dtype)
+    gist_model = Reranker.read(spec, dtype)
     if not is_checkpoint(spec):
         return ServingModel(gist_model, str(gist_model.save_pretrained(workdir / "model")), False)
     return ServingModel(gist_model, spec, True)

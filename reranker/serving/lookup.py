@@ -1,6 +1,6 @@
 """Where a candidate's gist K/V comes from: L1 in-process LRU → Feast online store → recompute.
 
-* L1 holds decoded `GistKV`s keyed by item id, bounded in bytes of K/V (`ByteLRU`). Entries expire after
+* L1 holds decoded `StoredUnit`s keyed by item id, bounded in bytes of K/V (`ByteLRU`). Entries expire after
   a TTL: the cache has no invalidation channel, so the TTL bounds how long an item changed in the catalog
   (and re-materialised in Feast by the consumer) can still be served from its old K/V.
 * L2 is ONE batched `GistStore.read` for all L1 misses of a request. A row is used only if its
@@ -42,7 +42,7 @@ from monitoring.serving_metrics import (
 from reranker.catalog.events import ChangeEvent
 from reranker.core import kv_codec
 from reranker.core.errors import GistRankError
-from reranker.core.kv import GistKV
+from reranker.core.kv import StoredUnit
 from reranker.serving.status import Status
 from reranker.serving.worker import BackgroundWorker
 from reranker.store import FeatureStoreUnavailableError, GistStore
@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 
 class Model(Protocol):
-    """What the lookup needs of `GistReranker`."""
+    """What the lookup needs of `Reranker`."""
 
     @property
     def fingerprint(self) -> str: ...
@@ -61,9 +61,9 @@ class Model(Protocol):
     @property
     def dtype(self) -> Any: ...
 
-    def compress(self, items: Sequence[str], batch_size: int = ...) -> list[GistKV]: ...
+    def compress(self, items: Sequence[str], batch_size: int = ...) -> list[StoredUnit]: ...
 
-    def read_kv(self, blob: bytes) -> GistKV: ...
+    def read_kv(self, blob: bytes) -> StoredUnit: ...
 
 
 class CatalogItem(Protocol):
@@ -81,13 +81,13 @@ class ItemSource(Protocol):
 # ------------------------------------------------------------------------------------------------ L1
 @dataclass
 class _Entry:
-    kv: GistKV
+    kv: StoredUnit
     nbytes: int
     expires: float
 
 
 class ByteLRU:
-    """Least-recently-used map item id → GistKV holding at most `max_bytes` of K/V tensor data.
+    """Least-recently-used map item id → StoredUnit holding at most `max_bytes` of K/V tensor data.
 
     An entry larger than the whole bound is not cached at all (it would evict everything for nothing).
     Entries older than `ttl_s` are treated as absent. Not thread-safe: one Triton model instance runs
@@ -106,7 +106,7 @@ class ByteLRU:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: str) -> GistKV | None:
+    def get(self, key: str) -> StoredUnit | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -118,7 +118,7 @@ class ByteLRU:
         self._entries.move_to_end(key)
         return entry.kv
 
-    def put(self, key: str, kv: GistKV) -> bool:
+    def put(self, key: str, kv: StoredUnit) -> bool:
         """Insert (or replace) `key`; evicts least recently used entries to fit. False if too big to cache."""
         if key in self._entries:
             self._remove(key)
@@ -201,7 +201,7 @@ class RefreshRequests:
 @dataclass(frozen=True)
 class Resolved:
     status: Status
-    kv: GistKV | None = None  # None exactly when status is an error
+    kv: StoredUnit | None = None  # None exactly when status is an error
 
 
 class KVLookup:
@@ -323,12 +323,12 @@ class KVLookup:
         if self.refresh is not None:
             self.refresh.submit(refresh)
 
-    def _compress(self, texts: list[str]) -> list[GistKV | None]:
+    def _compress(self, texts: list[str]) -> list[StoredUnit | None]:
         if not texts:
             return []
         try:
             # through the store's precision: a recomputed item scores as its stored row will
-            kvs: list[GistKV | None] = list(
+            kvs: list[StoredUnit | None] = list(
                 self.model.as_stored(self.model.compress(texts, batch_size=self.compress_batch))
             )
         except GistRankError:
@@ -337,7 +337,7 @@ class KVLookup:
         ITEMS_TRUNCATED.inc(sum(kv is not None and kv.truncated for kv in kvs))
         return kvs
 
-    def _compress_one(self, text: str) -> GistKV | None:
+    def _compress_one(self, text: str) -> StoredUnit | None:
         try:
             return self.model.as_stored(self.model.compress([text]))[0]
         except GistRankError as e:

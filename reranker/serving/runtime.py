@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from reranker.catalog.database import Catalog
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.serving.lookup import ByteLRU, KVLookup, RefreshRequests
 from reranker.serving.requests import (
     FIRST_STAGE_SCORES,
@@ -141,10 +141,10 @@ def initialize_params(params_type: type[_Params], args: Mapping[str, Any]) -> _P
     return params_type.parse(triton_parameters(json.loads(args["model_config"])))
 
 
-def load_model(model_path: str, device: str, num_threads: int) -> GistReranker:
+def load_model(model_path: str, device: str, num_threads: int) -> Reranker:
     if num_threads > 0:
         torch.set_num_threads(num_threads)
-    return GistReranker.from_pretrained(model_path, device=None if device == "auto" else device)
+    return Reranker.from_pretrained(model_path, device=None if device == "auto" else device)
 
 
 class GistRuntime:

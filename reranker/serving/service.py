@@ -31,7 +31,7 @@ from monitoring.serving_metrics import (
 )
 from reranker.core.errors import GistRankError
 from reranker.core.fusion import Fusion
-from reranker.core.kv import GistKV
+from reranker.core.kv import StoredUnit
 from reranker.serving.lookup import ItemSource, KVLookup
 from reranker.serving.requests import (
     DEFAULT_MAX_CANDIDATES,
@@ -50,7 +50,7 @@ class ScoringModel(Protocol):
 
     def query_ids(self, query: str) -> list[int]: ...
 
-    def score(self, query: str, kvs: Sequence[GistKV]) -> torch.Tensor: ...
+    def score(self, query: str, kvs: Sequence[StoredUnit]) -> torch.Tensor: ...
 
     def score_full(self, query: str, items: Sequence[str]) -> torch.Tensor: ...
 

@@ -179,7 +179,7 @@ class GistStore:
         fingerprint: str,
         create: bool = True,
     ) -> None:
-        """`fingerprint` is the model's (`GistReranker.fingerprint`): the view this store reads and writes.
+        """`fingerprint` is the model's (`Reranker.fingerprint`): the view this store reads and writes.
 
         Two ways to configure the store (see `_repo_config`):
 

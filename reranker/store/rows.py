@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from reranker.core.kv import GistKV
+    from reranker.core.kv import StoredUnit
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,10 @@ class GistRow:
 
     @classmethod
     def encode(
-        cls, item_id: str, kv: GistKV, content_hash: str, version: int, storage_dtype: str | None = None
+        cls, item_id: str, kv: StoredUnit, content_hash: str, version: int, storage_dtype: str | None = None
     ) -> GistRow:
         """The row for compressed `kv`, its K/V stored as `storage_dtype` (the writing model's
-        `GistConfig.storage`; None: the K/V's own dtype): the one place (consumer, backfill) where K/V
+        `RerankerConfig.storage`; None: the K/V's own dtype): the one place (consumer, backfill) where K/V
         becomes stored bytes, so the columns always describe the blob."""
         from reranker.core import kv_codec  # torch, only for callers that hold K/V anyway
 

@@ -1,4 +1,4 @@
-"""The forwards only training needs, over a `GistReranker`'s parameters (layouts in core/layout.py):
+"""The forwards only training needs, over a `Reranker`'s parameters (layouts in core/layout.py):
 
 score_packed(model, items, queries)   item (+ gists) + many queries per row → training throughput
 autoencode_loss(model, items)         item + gists + prompt + item head, gist mask → label-free loss
@@ -15,11 +15,11 @@ import torch
 from reranker.core import layout
 from reranker.core.config import AE_PROMPT
 from reranker.core.errors import EmptyInputError
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 
 
 def score_packed(
-    model: GistReranker, items: Sequence[str], queries: Sequence[Sequence[str]], full: bool = False
+    model: Reranker, items: Sequence[str], queries: Sequence[Sequence[str]], full: bool = False
 ) -> list[torch.Tensor]:
     """All of `queries[i]` against `items[i]` in ONE row (`layout.packed`), so the long item runs once
     for many queries → per item, (Q_i,) scores, each equal to `score_masked` (or `score_full` when
@@ -59,7 +59,7 @@ def score_packed(
 
 
 def autoencode_loss(
-    model: GistReranker,
+    model: Reranker,
     items: Sequence[str],
     num_tokens: int = 64,
     targets_of: Sequence[str] | None = None,
@@ -99,7 +99,7 @@ def autoencode_loss(
 
 
 def autoencode_control(
-    model: GistReranker, items: Sequence[str], num_tokens: int = 64, shift: int | None = None
+    model: Reranker, items: Sequence[str], num_tokens: int = 64, shift: int | None = None
 ) -> torch.Tensor:
     """`autoencode_loss` with each item's gists regenerating the text of the item `shift` places on
     (default: half the list away). Minus the own-gists loss on the same items (the same targets,

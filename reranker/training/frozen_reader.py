@@ -13,7 +13,7 @@ A step runs only the positions trained parameters act on:
 
     gists      k rows at positions j … j+k-1 over the cached item K/V, the gist adapter on (grad)
     query      ℓ rows at j+k … over [the item's first p columns | the gists' K/V], read by the reader as
-               serving reads it (`GistReranker.read_stored`); the gradient reaches the gists through
+               serving reads it (`Reranker.read_stored`); the gradient reaches the gists through
                their K/V, and no reader weight is trainable
 
 and distils the reader list-wise: KL(softmax(target/τ) ‖ softmax(student/τ)) over each list of
@@ -50,11 +50,11 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from reranker.core import kv_codec, layout
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.errors import QueryTooLongError
-from reranker.core.kv import GistKV
+from reranker.core.kv import StoredUnit
 from reranker.core.layout import QueryTail
-from reranker.core.model import GistReranker, likelihood
+from reranker.core.model import Reranker, likelihood
 from reranker.data.relevance_data import RelevanceSet
 from reranker.ranking_metrics import ndcg_at_k, recall_at_k_vs_reference
 from reranker.training.objectives import distill_loss
@@ -135,16 +135,16 @@ class ItemKVCache:
 
     desc = "item K/V (frozen reader)"  # what the progress bar of `fill` counts
 
-    def __init__(self, reader: GistReranker, folder: Path | None = None, memory_items: int = 256) -> None:
+    def __init__(self, reader: Reranker, folder: Path | None = None, memory_items: int = 256) -> None:
         self.reader, self.memory_items = reader, memory_items
         self.fingerprint = reader.fingerprint
         self.folder = None if folder is None else folder / self.fingerprint  # one reader's blobs apart
-        self.held: OrderedDict[str, GistKV] = OrderedDict()
+        self.held: OrderedDict[str, StoredUnit] = OrderedDict()
         self.computed = 0  # item forwards run (what the cache saves on every later step)
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
 
-    def get(self, texts: Sequence[str]) -> list[GistKV]:
+    def get(self, texts: Sequence[str]) -> list[StoredUnit]:
         """Each text's unit: all j item columns, the query at j (compressor "prefix" at budget j)."""
         missing = [t for t in dict.fromkeys(texts) if t not in self.held and not self._load(t)]
         if missing:
@@ -164,7 +164,7 @@ class ItemKVCache:
                 self._path(text).write_bytes(kv_codec.encode(unit, self.text_key(text)))
         self.computed += len(texts)
 
-    def units(self, texts: list[str], batch_size: int = 4) -> list[GistKV]:
+    def units(self, texts: list[str], batch_size: int = 4) -> list[StoredUnit]:
         """Each text's unit: every item column kept, the query right after them (prefix caching at
         budget j)."""
         reader, out = self.reader, []
@@ -177,7 +177,7 @@ class ItemKVCache:
             for i, kv, cut in zip(ids, kvs, truncated[batch], strict=True):
                 j = len(i)
                 out.append(
-                    GistKV(
+                    StoredUnit(
                         kv, self.fingerprint, "prefix", budget=j, item_tokens=j, query_start=j, truncated=cut
                     )
                 )
@@ -215,7 +215,7 @@ class ItemKVCache:
         return self.folder / f"{self.text_key(text)}.kv"
 
 
-def stack_items(units: Sequence[GistKV], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def stack_items(units: Sequence[StoredUnit], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Item units → (K/V (N, L, 2, H_kv, J, h) right-padded with zeros, item lengths j (N,))."""
     lens = torch.tensor([u.item_tokens for u in units], device=device)
     width = int(lens.max())
@@ -229,7 +229,7 @@ def _tiled(x: torch.Tensor, q: int) -> torch.Tensor:
 
 
 def reader_read(
-    reader: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor
+    reader: Reranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor
 ) -> tuple[QueryTail, torch.Tensor]:
     """The reader's full-context read of each query against item K/V from `stack_items` — the query
     at position j after all j item columns, `score_full`'s arithmetic without re-running the item —
@@ -242,14 +242,14 @@ def reader_read(
 
 
 def reader_scores(
-    reader: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor
+    reader: Reranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor
 ) -> torch.Tensor:
     """The reader's full-context scores (Q, N) of each query against each item (`reader_read`)."""
     tails, hidden = reader_read(reader, queries, items, lens)
     return reader.tail_scores(hidden, tails.targets, tails.lens).view(len(queries), -1)
 
 
-def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+def gist_kv(model: Reranker, items: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     """The gists' K/V over cached item K/V → (N, L, 2, H_kv, k, h), with gradients into the gist
     embeddings and adapter: k rows at positions j … j+k-1 (the compression layout), every real item
     column (or, under pooling windows, each gist's own) and the earlier gists visible, the gist adapter
@@ -278,7 +278,7 @@ def gist_kv(model: GistReranker, items: torch.Tensor, lens: torch.Tensor) -> tor
 
 
 def student_read(
-    model: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
+    model: Reranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
 ) -> tuple[QueryTail, torch.Tensor]:
     """Each query read by the reader over each item's stored unit — its first p = min(t, j) columns,
     then its gists' K/V (N, L, 2, H_kv, k, h) — as serving reads it, gradients kept; every (query,
@@ -299,7 +299,7 @@ def student_read(
 
 
 def student_scores(
-    model: GistReranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
+    model: Reranker, queries: Sequence[str], items: torch.Tensor, lens: torch.Tensor, gists: torch.Tensor
 ) -> torch.Tensor:
     """Scores (Q, N) of each query against each item's stored unit (`student_read`)."""
     tails, hidden = student_read(model, queries, items, lens, gists)
@@ -329,7 +329,7 @@ def pseudo_query(
     return " ".join(rng.choice(usable)[:max_words]) if usable else None
 
 
-def askable(model: GistReranker, query: str | None, min_words: int = 3) -> str | None:
+def askable(model: Reranker, query: str | None, min_words: int = 3) -> str | None:
     """`query`, its last words dropped until `model` takes it (max_query_tokens); None when fewer than
     `min_words` would be left."""
     words = (query or "").split()
@@ -380,9 +380,7 @@ class FrozenGistTrainer:
         memory_items: int = 256,
     ) -> None:
         self.cfg, self.out = cfg, Path(out)
-        self.reader = GistReranker.read(
-            cfg.reader, cfg.dtype, max_item_tokens=cfg.max_item_tokens, device=device
-        )
+        self.reader = Reranker.read(cfg.reader, cfg.dtype, max_item_tokens=cfg.max_item_tokens, device=device)
         update = {
             "compressor": "gist",
             "num_gist": cfg.num_gist,
@@ -390,7 +388,7 @@ class FrozenGistTrainer:
             "gist_adapter_rank": cfg.adapter_rank,
             "gist_pool_windows": cfg.pool_windows,
         }
-        gist = GistConfig(**(self.reader.gist.model_dump() | update))
+        gist = RerankerConfig(**(self.reader.gist.model_dump() | update))
         self.model = self.reader.with_gist_config(gist)  # the reader's body, head and score token, shared
         if cfg.token_kl_weight and self.reader.gist.score_rule != "query_likelihood":
             raise ValueError(
@@ -398,7 +396,7 @@ class FrozenGistTrainer:
                 f"{self.reader.gist.score_rule!r}"
             )
         if cfg.init_from:
-            self._start_from(GistReranker.read(cfg.init_from, device=device))
+            self._start_from(Reranker.read(cfg.init_from, device=device))
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.trained = [self.model.gist_embeddings]
@@ -440,7 +438,7 @@ class FrozenGistTrainer:
         self.cpu_seconds = 0.0
         self.fill_seconds = 0.0  # wall time of the item K/V computed before the first step
 
-    def _start_from(self, trained: GistReranker) -> None:
+    def _start_from(self, trained: Reranker) -> None:
         """This run's student takes `trained`'s gists and adapter — refused unless `trained` reads
         with this reader's body and head, and has the student's gist layout and adapter rank."""
         if trained.with_gist_config(self.reader.gist).reader_fingerprint != self.reader.reader_fingerprint:

@@ -19,7 +19,7 @@ from reranker.ranking_metrics import accuracy_at_1
 from reranker.training.forwards import autoencode_control, autoencode_loss
 
 if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
+    from reranker.core.model import Reranker
     from reranker.data.relevance_data import RelevanceSet
 
 
@@ -52,11 +52,11 @@ class Loop(Protocol):
     """What an objective reads of the loop that runs it (the Trainer), so that objectives need not
     import the trainer that imports them."""
 
-    model: GistReranker
+    model: Reranker
     data: RelevanceSet
 
     def scores(
-        self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool
+        self, model: Reranker, picks: list[tuple[str, list[str]]], full: bool
     ) -> list[torch.Tensor]: ...
 
 
@@ -108,7 +108,7 @@ class Pointwise:
 class Distill:
     weight: float
     temperature: float
-    teacher: GistReranker
+    teacher: Reranker
     name: str = "distill"
 
     def loss(self, trainer: Loop, batch: Batch) -> torch.Tensor:

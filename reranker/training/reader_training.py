@@ -39,9 +39,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm.auto import tqdm
 
-from reranker.core.kv import GistKV
+from reranker.core.kv import StoredUnit
 from reranker.core.layout import QueryTail
-from reranker.core.model import GistReranker
+from reranker.core.model import Reranker
 from reranker.data.relevance_data import RelevanceSet
 from reranker.data.trec import bm25_top
 from reranker.ranking_metrics import ndcg_at_k
@@ -101,11 +101,11 @@ class Example(NamedTuple):
 
 class StoredUnits(ItemKVCache):
     """The store's unit of each item as serving reads it — compressed, then through the store's precision
-    (`GistReranker.as_stored`) — computed once."""
+    (`Reranker.as_stored`) — computed once."""
 
     desc = "stored units"
 
-    def units(self, texts: list[str], batch_size: int = 8) -> list[GistKV]:
+    def units(self, texts: list[str], batch_size: int = 8) -> list[StoredUnit]:
         return self.reader.as_stored(self.reader.compress(texts, batch_size))
 
 
@@ -162,11 +162,9 @@ class ReaderTrainer:
         cache_dir: Path | None = None,
     ) -> None:
         self.cfg, self.out = cfg, Path(out)
-        self.store = GistReranker.read(
-            cfg.model, cfg.dtype, max_item_tokens=cfg.max_item_tokens, device=device
-        )
+        self.store = Reranker.read(cfg.model, cfg.dtype, max_item_tokens=cfg.max_item_tokens, device=device)
         if cfg.init_from:
-            start = GistReranker.read(cfg.init_from, device=device)
+            start = Reranker.read(cfg.init_from, device=device)
             if start.fingerprint != self.store.fingerprint or start.gist.reader_adapter_rank != cfg.rank:
                 raise ValueError(f"init_from {cfg.init_from} reads another store or has another rank")
             self.model = start

@@ -41,8 +41,8 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from reranker.core.base_models import DEFAULT_BASE
-from reranker.core.config import GistConfig
-from reranker.core.model import GistReranker
+from reranker.core.config import RerankerConfig
+from reranker.core.model import Reranker
 from reranker.data.relevance_data import Query, RelevanceSet
 from reranker.training.forwards import score_packed
 from reranker.training.objectives import Autoencode, Batch, Distill, Listwise, Objective, Pointwise
@@ -61,7 +61,7 @@ class TrainConfig(BaseModel):
     base: str = DEFAULT_BASE
     init: str | None = Field(None, description="checkpoint to start from (e.g. the trained teacher)")
     teacher: str | None = Field(None, description="teacher checkpoint for distillation")
-    gist: GistConfig = GistConfig()
+    gist: RerankerConfig = RerankerConfig()
     steps: int = Field(200, ge=1)
     queries_per_step: int = Field(4, ge=1)
     candidates_per_query: int = Field(8, ge=2)
@@ -97,7 +97,7 @@ class TrainConfig(BaseModel):
         return any((self.listwise, self.pointwise, self.distill))
 
 
-def objectives_for(cfg: TrainConfig, teacher: GistReranker | None) -> list[Objective]:
+def objectives_for(cfg: TrainConfig, teacher: Reranker | None) -> list[Objective]:
     """The objectives a TrainConfig switches on, in a fixed order."""
     out: list[Objective] = []
     if cfg.listwise:
@@ -123,7 +123,7 @@ class Trainer:
         if cfg.distill > 0:
             if cfg.teacher is None:
                 raise ValueError("distill > 0 needs a teacher checkpoint")
-            teacher = GistReranker.from_pretrained(cfg.teacher, device=device)
+            teacher = Reranker.from_pretrained(cfg.teacher, device=device)
         self.objectives: list[Objective] = objectives_for(cfg, teacher)
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=0.0)
         self.queries = [
@@ -138,13 +138,13 @@ class Trainer:
         self.step = 0
 
     @staticmethod
-    def _initial_model(cfg: TrainConfig, device: str | None) -> GistReranker:
+    def _initial_model(cfg: TrainConfig, device: str | None) -> Reranker:
         """`init` (a checkpoint) or `base`. A warm start takes the init's body, score token and head,
         and its gists when they have this run's layout (same k, t and windows: an autoencoding stage's
         checkpoint; the item cap and dtype may differ); else the gists start fresh."""
         if cfg.init is None:
-            return GistReranker.from_pretrained(cfg.base, cfg.gist, device=device)
-        model = GistReranker.from_pretrained(cfg.init, device=device)
+            return Reranker.from_pretrained(cfg.base, cfg.gist, device=device)
+        model = Reranker.from_pretrained(cfg.init, device=device)
         if model.gist == cfg.gist:
             return model
         return model.with_gist_config(cfg.gist, keep_gists=model.gist.slot_layout == cfg.gist.slot_layout)
@@ -210,9 +210,7 @@ class Trainer:
     def _texts(self, drawn: Drawn) -> list[tuple[str, list[str]]]:
         return [(query.text, [self.data.items[i].text for i, _ in cands]) for query, cands in drawn]
 
-    def scores(
-        self, model: GistReranker, picks: list[tuple[str, list[str]]], full: bool
-    ) -> list[torch.Tensor]:
+    def scores(self, model: Reranker, picks: list[tuple[str, list[str]]], full: bool) -> list[torch.Tensor]:
         """(C_q,) scores per picked (query text, candidate texts): one row per pair, or, when packing,
         one row per distinct item holding every query it is a candidate of."""
         if not self.cfg.pack_queries:

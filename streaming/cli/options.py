@@ -25,7 +25,7 @@ from reranker.catalog.preflight import (
 )
 
 if TYPE_CHECKING:
-    from reranker.core.model import GistReranker
+    from reranker.core.model import Reranker
     from reranker.store import GistStore
 
 
@@ -133,17 +133,17 @@ def load_model(
     compressor: str | None = None,
     max_item_tokens: int | None = None,
     kv_storage: BlobDType | None = None,
-) -> GistReranker:
-    """`GistReranker.read`, its refusals as usage errors."""
+) -> Reranker:
+    """`Reranker.read`, its refusals as usage errors."""
     storage = kv_storage and kv_storage.value
     settings = {"num_gist": num_gist, "max_item_tokens": max_item_tokens, "kv_storage": storage}
     check_model(ref, compressor=compressor, **settings)
-    from reranker import GistReranker  # torch: once the reference is known good
+    from reranker import Reranker  # torch: once the reference is known good
     from reranker.core.base_models import BaseModelUnavailableError
     from reranker.core.errors import one_line
 
     try:
-        return GistReranker.read(
+        return Reranker.read(
             ref, dtype and dtype.value, compressor, num_gist, max_item_tokens, kv_storage=storage
         )
     except (ValueError, BaseModelUnavailableError) as exc:  # an unknown name or compressor, a k the ...

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.core.checkpoints import PREFIX64_MODEL
 from reranker.core.fusion import interpolate
 from reranker.data.relevance_data import RelevanceSet
@@ -41,8 +41,8 @@ def main() -> None:
 
     torch.set_num_threads(2)
     dev = RelevanceSet.load_jsonl(args.data).split("dev")
-    store = GistReranker.read(args.store, device="cpu")
-    reader = GistReranker.read(args.reader, device="cpu")
+    store = Reranker.read(args.store, device="cpu")
+    reader = Reranker.read(args.reader, device="cpu")
     if reader.fingerprint != store.fingerprint:
         raise SystemExit(f"{args.reader} reads another store than {args.store}")
     scores: dict[str, dict[str, list[float]]] = {"bm25": {}, "default": {}, "reader": {}}

@@ -8,7 +8,7 @@ caching of 1,024 positions: read back by that reader it is the whole-article rea
 equivalence test: prefix caching of the whole item reads as the full forward), and its first T columns
 are prefix caching of T positions (a causal body's first T keys and values do not depend on later
 tokens; checked below against compressing at T). Each (T, storage) unit then goes through the codec
-(`GistReranker.as_stored`: encoded at that storage and decoded) and is read by the default reader under
+(`Reranker.as_stored`: encoded at that storage and decoded) and is read by the default reader under
 that setting — the units serving would hold, with their fingerprints.
 
     .venv/bin/python reports/quality/bytes/evaluate.py --data judged-20=data/ap89-judged-20 \\
@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.core.checkpoints import PREFIX64_MODEL
-from reranker.core.config import GistConfig
-from reranker.core.kv import GistKV, Kept
+from reranker.core.config import RerankerConfig
+from reranker.core.kv import Kept, StoredUnit
 from reranker.core.kv_codec import decode, encode, payload_nbytes
 from reranker.data.relevance_data import RelevanceSet
 from reranker.evaluation.baselines import bm25_scores, prefix_config
@@ -59,16 +59,18 @@ def name(positions: int, storage: str) -> str:
     return f"prefix {positions} {storage}"
 
 
-def readers(store: GistReranker) -> dict[str, GistReranker]:
+def readers(store: Reranker) -> dict[str, Reranker]:
     """The default reader under each setting (its store fingerprint says positions and storage)."""
     out = {}
     for positions, storage in SETTINGS:
-        config = GistConfig(**(prefix_config(store.gist, positions).model_dump() | {"kv_storage": storage}))
+        config = RerankerConfig(
+            **(prefix_config(store.gist, positions).model_dump() | {"kv_storage": storage})
+        )
         out[name(positions, storage)] = store.with_gist_config(config)
     return out
 
 
-def cut(unit: GistKV, reader: GistReranker) -> GistKV:
+def cut(unit: StoredUnit, reader: Reranker) -> StoredUnit:
     """Prefix caching of `reader`'s budget, cut from the whole item's unit, as the store returns it."""
     kept = Kept(unit.kv[..., : reader.gist.num_gist, :].clone())
     return reader.as_stored([reader.stored_unit(kept, unit.item_tokens, unit.truncated)])[0]
@@ -82,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(2)
-    store = GistReranker.read(PREFIX64_MODEL, device="cpu")
+    store = Reranker.read(PREFIX64_MODEL, device="cpu")
     whole = store.with_gist_config(prefix_config(store.gist, WHOLE))
     by_setting = readers(store)
     dims = (store.num_layers, store.num_kv_heads, store.head_dim)

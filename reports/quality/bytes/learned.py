@@ -17,9 +17,9 @@ import time
 from extend import open_run, save_run
 from tqdm.auto import tqdm
 
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.core.checkpoints import HYBRID_CHECKPOINT, QL_CHECKPOINT
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.kv_codec import payload_nbytes
 
 STORAGES = {QL_CHECKPOINT: ("bfloat16", "int4"), HYBRID_CHECKPOINT: ("bfloat16", "int4")}
@@ -30,12 +30,12 @@ def main() -> None:
     lists = run["sets"][args.set]
     queries = {q.query_id: q for q in dev.queries}
     for alias, storages in STORAGES.items():
-        body = GistReranker.read(alias, device="cpu")
+        body = Reranker.read(alias, device="cpu")
         # the same weights and trained gists, stored at each precision (a reader per fingerprint)
         positions = body.gist.num_gist + body.gist.keep_item_prefix
         readers = {
             f"{alias.removeprefix('gistrank-')} {positions} {s}": body.with_gist_config(
-                GistConfig(**(body.gist.model_dump() | {"kv_storage": s})), keep_gists=True
+                RerankerConfig(**(body.gist.model_dump() | {"kv_storage": s})), keep_gists=True
             )
             for s in storages
         }

@@ -12,9 +12,9 @@ from __future__ import annotations
 from extend import open_run, save_run
 from tqdm.auto import tqdm
 
-from reranker import GistReranker
+from reranker import Reranker
 from reranker.core.checkpoints import PREFIX64_MODEL
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.kv_codec import payload_nbytes
 from reranker.evaluation.sweep import BudgetSweep
 
@@ -24,9 +24,9 @@ SETTINGS = [(64, "bfloat16"), (128, "int8"), (128, "int4"), (64, "int4"), (64, "
 def main() -> None:
     args, run, dev = open_run(__doc__.splitlines()[0], "selection")
     lists = run["sets"][args.set]
-    body = GistReranker.read(PREFIX64_MODEL, compressor="select", device="cpu")
+    body = Reranker.read(PREFIX64_MODEL, compressor="select", device="cpu")
     layouts = {
-        f"select {k} {s}": GistConfig(**(body.gist.model_dump() | {"num_gist": k, "kv_storage": s}))
+        f"select {k} {s}": RerankerConfig(**(body.gist.model_dump() | {"num_gist": k, "kv_storage": s}))
         for k, s in SETTINGS
     }
     sweep = BudgetSweep(body, list(layouts.values()), batch_size=4)

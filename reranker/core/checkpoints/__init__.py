@@ -35,7 +35,7 @@ PREFIX64_MODEL = "gistrank-base-ql-prefix64"
 
 
 class Preset(NamedTuple):
-    """A base read under fixed settings (GistConfig fields a model reference may set)."""
+    """A base read under fixed settings (RerankerConfig fields a model reference may set)."""
 
     base: str
     settings: dict[str, str]
@@ -69,11 +69,11 @@ PRESETS = {
 }
 
 
-# a model reference's budget in bytes (`?kib=360&kv_storage=int4`): not a GistConfig field — the loader
+# a model reference's budget in bytes (`?kib=360&kv_storage=int4`): not a RerankerConfig field — the loader
 # turns it into the most positions (num_gist) whose K/V fits that many KiB at the reference's storage
 BUDGET_KIB = "kib"
 
-# GistConfig settings a model reference may override: how a model reads items and queries, not what it
+# RerankerConfig settings a model reference may override: how a model reads items and queries, not what it
 # learned (score_rule=query_likelihood reads any LM zero-shot: log p(query | item) under its own head)
 SPEC_SETTINGS = (
     "compressor",
@@ -96,7 +96,7 @@ SPEC_SETTINGS = (
 def split_spec(spec: str | Path) -> tuple[str | Path, dict[str, str]]:
     """A model reference with reading settings, `REF?compressor=select&num_gist=64&max_item_tokens=1024`
     → (REF, {setting: value}). One string, so every command and the Triton config that take a model
-    take a variant of it too (`GistReranker.from_pretrained` applies the settings). A preset expands to
+    take a variant of it too (`Reranker.from_pretrained` applies the settings). A preset expands to
     its base and settings, the reference's own settings over them."""
     ref, _, query = str(spec).partition("?")
     if ref in PRESETS:

@@ -15,7 +15,7 @@ item (`gist.py`), the item columns attention selects (`select.py`), or simply th
     reference_scores    the full-sequence forward that `score(query, compress(items))` must equal
     recompute_tokens    positions a cache miss's compression forward runs (capacity planning)
 
-`GistReranker` is one reader (body + score rule + compressor) and asks its compressor; nothing else
+`Reranker` is one reader (body + score rule + compressor) and asks its compressor; nothing else
 branches on the compressor's name. A compressor sees the model through `Reader`, the part of it a
 compressor calls, so this package sits below the model and never imports it. Adding a compressor is
 one module here, one line in the registry (`__init__.py`) and one row in the parametrised equivalence
@@ -34,16 +34,16 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from reranker.core import layout
-from reranker.core.config import COMPRESSOR_SETTINGS, GistConfig
+from reranker.core.config import COMPRESSOR_SETTINGS, RerankerConfig
 from reranker.core.kv import Kept
 from reranker.core.layout import QueryTail
 
 
 class Reader(Protocol):
-    """What a compressor uses of the model it compresses for (`GistReranker` is the one there is): its
+    """What a compressor uses of the model it compresses for (`Reranker` is the one there is): its
     settings and body, and the forwards the compressions and their references run."""
 
-    gist: GistConfig
+    gist: RerankerConfig
     lm: nn.Module
     tokenizer: PreTrainedTokenizerBase
     num_layers: int
@@ -97,13 +97,13 @@ class Compressor(ABC):
 
     @property
     def settings(self) -> tuple[str, ...]:
-        """The GistConfig settings only this compressor reads (`config.COMPRESSOR_SETTINGS`)."""
+        """The RerankerConfig settings only this compressor reads (`config.COMPRESSOR_SETTINGS`)."""
         return COMPRESSOR_SETTINGS[self.name]
 
     @abstractmethod
     def compress(
-        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
-    ) -> list[dict[GistConfig, Kept]]:
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[RerankerConfig]
+    ) -> list[dict[RerankerConfig, Kept]]:
         """Per item, per layout (the model's settings, or the same with other `sweepable` values): the
         stored K/V (L, 2, H_kv, p + s, h) in the model's K/V dtype, with each head's share of the
         columns where heads keep different numbers (`Kept`). Every layout comes out of one pass."""
@@ -112,7 +112,7 @@ class Compressor(ABC):
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         """s: columns after the prefix a valid unit of budget k for an item of j tokens holds."""
 
-    def verbatim_tokens(self, gist: GistConfig) -> int:
+    def verbatim_tokens(self, gist: RerankerConfig) -> int:
         """Item tokens (BOS included) a unit keeps as they are, from the item's start: the hybrid prefix t."""
         return gist.keep_item_prefix
 
@@ -140,7 +140,7 @@ class Compressor(ABC):
         visible, pad slots never, causal over the query (`layout.online_mask`)."""
         return layout.online_mask(prefix_lens, prefix_slots, tail_lens, tail_slots, query_len)
 
-    def check_layouts(self, model: Reader, layouts: Sequence[GistConfig]) -> list[GistConfig]:
+    def check_layouts(self, model: Reader, layouts: Sequence[RerankerConfig]) -> list[RerankerConfig]:
         """`layouts` deduplicated; refused when empty, or when one differs from the model's settings in
         anything but this compressor's `sweepable` ones (trained slots: in anything) and `kv_storage`
         (how the store keeps the columns, never what they are: every compressor's pass serves any)."""

@@ -3,7 +3,7 @@ their per-layer K/V (after the hybrid prefix), the query reads the item only thr
 
     compression  item (0 … j-1) | gists (j … j+k-1), causal, left-padded → keep K/V of the first p
                  item slots and the k gist slots
-    reference    item + gists + query under the gist mask (`GistReranker.score_masked`)
+    reference    item + gists + query under the gist mask (`Reranker.score_masked`)
     online       the query numbered from j + k: every query→gist distance is training's
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from reranker.core.compressors.base import Compressor, Reader
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.kv import Kept
 
 
@@ -24,8 +24,8 @@ class GistCompressor(Compressor):
 
     @torch.inference_mode()
     def compress(
-        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
-    ) -> list[dict[GistConfig, Kept]]:
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[RerankerConfig]
+    ) -> list[dict[RerankerConfig, Kept]]:
         (own,) = self.check_layouts(model, layouts)
         k = own.num_gist
         rows = [torch.cat([model.embed(ids), model.gist_embeddings]) for ids in item_ids]

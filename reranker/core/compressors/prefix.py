@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from reranker.core.compressors.base import Compressor, Reader
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.kv import Kept
 
 
@@ -24,8 +24,8 @@ class PrefixCompressor(Compressor):
 
     @torch.inference_mode()
     def compress(
-        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
-    ) -> list[dict[GistConfig, Kept]]:
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[RerankerConfig]
+    ) -> list[dict[RerankerConfig, Kept]]:
         layouts = self.check_layouts(model, layouts)
         widest = max(c.keep_item_prefix + c.num_gist for c in layouts)
         kept = [ids[:widest] for ids in item_ids]
@@ -40,7 +40,7 @@ class PrefixCompressor(Compressor):
     def query_start(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
         return prefix_tokens + self.tail_slots(budget, item_tokens, prefix_tokens)
 
-    def verbatim_tokens(self, gist: GistConfig) -> int:
+    def verbatim_tokens(self, gist: RerankerConfig) -> int:
         return gist.keep_item_prefix + gist.num_gist  # the first t + k tokens are the whole unit
 
     def reference_scores(self, model: Reader, query: str, items: Sequence[str]) -> torch.Tensor:

@@ -22,7 +22,7 @@ Per-head budgets (`select_head_budget="adaptive"`, Ada-KV, arXiv 2407.11550): a 
 need the same number of columns — one head's attention is spread over the item, another's sits on a
 few tokens. The layer's k·H_kv columns go, after each head's own top max(1, k/5) (Ada-KV's safeguard),
 to the layer's most important columns whatever head they are in; the stored unit records each head's
-share (`GistKV.head_tails`) and the bytes stay those of k columns a head.
+share (`StoredUnit.head_tails`) and the bytes stay those of k columns a head.
 
 Stored unit, as for gists: `(L, 2, H_kv, p + s, h)` with p = min(t, j) raw prefix columns and
 s = min(k, j - p) selected columns; keys keep the rotation of their original positions. An item no
@@ -41,7 +41,7 @@ from torch import nn
 
 from reranker.core import layout
 from reranker.core.compressors.base import Compressor, Reader
-from reranker.core.config import GistConfig
+from reranker.core.config import RerankerConfig
 from reranker.core.kv import Kept, held_columns
 
 REPEAT_PROMPT = "\n\nRepeat the previous context exactly.\n"  # KVzip's reconstruction prompt
@@ -74,8 +74,8 @@ def _repeat_suffix(model: nn.Module, item_ids: list[int]) -> list[int]:
 
 
 def select_kv(
-    model: nn.Module, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig] | None = None
-) -> list[dict[GistConfig, Kept]]:
+    model: nn.Module, item_ids: Sequence[list[int]], layouts: Sequence[RerankerConfig] | None = None
+) -> list[dict[RerankerConfig, Kept]]:
     """Per item and per layout (default: the model's own settings), the kept K/V → {layout:
     Kept((L, 2, H_kv, p + S, h), head shares)} in the storage dtype (module docstring). The attention
     scores do not depend on k, t or the per-head rule, so every layout comes out of the same forward: one
@@ -91,8 +91,8 @@ def selected_columns(model: nn.Module, item_ids: Sequence[list[int]]) -> list[to
 
 @torch.inference_mode()
 def _select(
-    model: nn.Module, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig] | None
-) -> list[dict[GistConfig, tuple[Kept, torch.Tensor]]]:
+    model: nn.Module, item_ids: Sequence[list[int]], layouts: Sequence[RerankerConfig] | None
+) -> list[dict[RerankerConfig, tuple[Kept, torch.Tensor]]]:
     window = model.gist.select_window
     layouts = list(dict.fromkeys(layouts or [model.gist]))
     kvzip = model.gist.select_scorer == "kvzip"
@@ -230,8 +230,8 @@ class SelectCompressor(Compressor):
 
     @torch.inference_mode()
     def compress(
-        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[GistConfig]
-    ) -> list[dict[GistConfig, Kept]]:
+        self, model: Reader, item_ids: Sequence[list[int]], layouts: Sequence[RerankerConfig]
+    ) -> list[dict[RerankerConfig, Kept]]:
         return select_kv(model, item_ids, self.check_layouts(model, layouts))
 
     def tail_slots(self, budget: int, item_tokens: int, prefix_tokens: int) -> int:
