@@ -81,3 +81,14 @@ generate(0, 200, queries_per_product=4, length_tokens=(100, 1024)).save_jsonl('d
   --steps 100000 --minutes 8 --device cpu --out runs/synthetic-reader --config $Q/ap89-reader/train.json
 .venv/bin/python $Q/ap89-reader/evaluate.py --data data/synthetic-200 --reader runs/synthetic-reader/checkpoint \
   --out $Q/ap89-reader/synthetic-dev.json
+# the recipe's ceiling: the labels recipe over each article's whole K/V (its first 1,024 tokens, the store a
+# prefix as long as the reader reads, kept at bf16), the same lists and steps; read on dev beside the
+# zero-shot reader over the same whole-article units (~21 GB of units in --cache-dir, ~45 min to compute)
+W='gistrank-base-ql-prefix128-int4?num_gist=1024&kv_storage=bfloat16'
+[ -d $R/labels-whole/checkpoint ] || $G train-reader --model "$W" --data data/ap89-judged-20-bm25-20 \
+  --objective labels --steps 100000 --minutes 20 --device cpu --cache-dir $R/units --out $R/labels-whole \
+  --config $Q/ap89-reader/train.json
+for lists in bm25-20 judged-20; do
+  .venv/bin/python $Q/ap89-reader/evaluate.py --data data/ap89-$lists --store "$W" \
+    --reader $R/labels-whole/checkpoint --out $Q/ap89-reader/$lists-labels-whole.json
+done
