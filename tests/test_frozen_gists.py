@@ -420,3 +420,41 @@ def test_cli_trains_gists_over_a_frozen_reader_and_benches_both_recipes(
     assert frozen[1]["pairs"] > frozen[0]["pairs"]  # pseudo-queries: more pairs from the same lists
     assert reader["backprop_positions_per_pair"] == "0 + ℓ" and reader["pairs"] > 0  # query rows only
     assert "pairs/CPU-s" in result.output
+
+
+@pytest.mark.reader_adapter
+def test_a_reader_adapter_trains_with_the_gists_and_acts_at_query_rows_only(
+    reader_path: Path, tmp_path: Path
+) -> None:
+    """`reader_rank`: the gists and a reader adapter distilled jointly over the frozen item K/V. The adapter
+    gets gradients with the gists and moves, the targets stay the untouched reader's, and the stored unit
+    (item columns and gists alike) is what the checkpoint compresses without its reader adapter: one
+    store fingerprint, another reader fingerprint."""
+    data = toy_set()
+    cfg = FrozenGistConfig(
+        reader=str(reader_path),
+        num_gist=4,
+        adapter_rank=4,
+        reader_rank=4,
+        steps=40,
+        lists_per_step=4,
+        candidates_per_list=6,
+        lr=2e-2,
+    )
+    trainer = FrozenGistTrainer(cfg, data, tmp_path / "run", device="cpu")
+    assert trainer.reader.reader_adapter is None  # the reader the targets come from has none
+    untrained = mean_test_kl(trainer.model, trainer.reader, data)
+    trainer.train_step()
+    for name, p in trainer.model.named_parameters():
+        trained = name.startswith(("gist_embeddings", "gist_adapter.", "reader_adapter."))
+        assert (p.grad is not None) == trained, name
+    trainer.fit(progress=False)
+    joint = Reranker.from_pretrained(tmp_path / "run" / "checkpoint", device="cpu")
+    assert joint.gist.reader_adapter_rank == 4
+    assert any(float(up.detach().abs().max()) > 0 for up in joint.reader_adapter.up.values())  # moved from 0
+    plain = joint.with_gist_config(joint.gist.model_copy(update={"reader_adapter_rank": 0}), keep_gists=True)
+    texts = [data.items[i].text for i in sorted(data.items)[:5]]
+    for a, b in zip(joint.compress(texts), plain.compress(texts), strict=True):
+        torch.testing.assert_close(a.kv, b.kv, rtol=0, atol=0)
+    assert joint.fingerprint == plain.fingerprint and joint.reader_fingerprint != plain.reader_fingerprint
+    assert mean_test_kl(joint, trainer.reader, data) < 0.6 * untrained

@@ -113,6 +113,13 @@ def train_gists(
     num_gist: NumGist = 16,
     keep_item_prefix: Annotated[int, typer.Option(help="t: raw item tokens stored before the gists")] = 0,
     adapter_rank: Annotated[int, typer.Option(help="gist adapter rank (0: gist embeddings only)")] = 8,
+    reader_rank: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="reader adapter rank trained with the gists, at query rows only (0: the reader as it is)",
+        ),
+    ] = 0,
     pool_windows: Annotated[
         bool, typer.Option(help="each gist reads only its own span of the item (GistPool's windows)")
     ] = False,
@@ -178,6 +185,7 @@ def train_gists(
                 "num_gist": num_gist,
                 "keep_item_prefix": keep_item_prefix,
                 "adapter_rank": adapter_rank,
+                "reader_rank": reader_rank,
                 "pool_windows": pool_windows,
                 "max_item_tokens": max_item_tokens,
                 "steps": steps,

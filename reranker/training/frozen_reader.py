@@ -14,7 +14,9 @@ A step runs only the positions trained parameters act on:
     gists      k rows at positions j … j+k-1 over the cached item K/V, the gist adapter on (grad)
     query      ℓ rows at j+k … over [the item's first p columns | the gists' K/V], read by the reader as
                serving reads it (`Reranker.read_stored`); the gradient reaches the gists through
-               their K/V, and no reader weight is trainable
+               their K/V, and no reader weight is trainable — unless `reader_rank` > 0: then a reader
+               adapter at the query rows only (`core/reader_adapter.py`) trains with the gists, the
+               gisting recipe with the item encoding frozen, and the targets stay the untouched reader's
 
 and distils the reader list-wise: KL(softmax(target/τ) ‖ softmax(student/τ)) over each list of
 candidates (KV-Distill, PISCO: no labels needed) — and, for a query-likelihood reader, optionally the
@@ -70,6 +72,12 @@ class FrozenGistConfig(BaseModel):
     num_gist: int = Field(16, ge=1, le=256, description="k gists per item")
     keep_item_prefix: int = Field(0, ge=0, description="t raw item tokens stored before the gists")
     adapter_rank: int = Field(8, ge=0, description="rank of the gist adapter (0: gist embeddings only)")
+    reader_rank: int = Field(
+        0,
+        ge=0,
+        description="rank of a reader adapter trained jointly with the gists, at query rows only (0: the "
+        "reader reads them as it is): the gisting recipe with the item encoding frozen",
+    )
     pool_windows: bool = Field(
         False, description="each gist reads only its own span of the item (GistPool; core/layout.py)"
     )
@@ -387,6 +395,7 @@ class FrozenGistTrainer:
             "keep_item_prefix": cfg.keep_item_prefix,
             "gist_adapter_rank": cfg.adapter_rank,
             "gist_pool_windows": cfg.pool_windows,
+            "reader_adapter_rank": cfg.reader_rank,
         }
         gist = RerankerConfig(**(self.reader.gist.model_dump() | update))
         self.model = self.reader.with_gist_config(gist)  # the reader's body, head and score token, shared
@@ -402,6 +411,8 @@ class FrozenGistTrainer:
         self.trained = [self.model.gist_embeddings]
         if self.model.gist_adapter is not None:
             self.trained += list(self.model.gist_adapter.parameters())
+        if self.model.reader_adapter is not None:  # in the student's read only: the targets stay the reader's
+            self.trained += list(self.model.reader_adapter.parameters())
         for p in self.trained:
             p.requires_grad_(True)
         # fp32 master copies: the step's arithmetic runs in the compute dtype (bf16 on a GPU or an AMX
