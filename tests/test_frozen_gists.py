@@ -458,3 +458,19 @@ def test_a_reader_adapter_trains_with_the_gists_and_acts_at_query_rows_only(
         torch.testing.assert_close(a.kv, b.kv, rtol=0, atol=0)
     assert joint.fingerprint == plain.fingerprint and joint.reader_fingerprint != plain.reader_fingerprint
     assert mean_test_kl(joint, trainer.reader, data) < 0.6 * untrained
+
+
+def test_the_unit_cache_holds_at_most_its_byte_budget_and_reads_the_rest_back(
+    reader: Reranker, tmp_path: Path
+) -> None:
+    """Whole-item units run to ~40 MB each: RAM keeps the most recent within `memory_bytes` (by default
+    half the memory available), the others come back from the folder bit for bit, none recomputed."""
+    first = ItemKVCache(reader, tmp_path).get(ITEMS)
+    one = first[0].kv.numel() * first[0].kv.element_size()
+    cache = ItemKVCache(reader, tmp_path, memory_items=1000, memory_bytes=2 * one)
+    assert cache.memory_bytes == 2 * one and ItemKVCache(reader).memory_bytes > 0
+    again = cache.get(ITEMS)
+    assert cache.computed == 0 and len(cache.held) < len(ITEMS)
+    assert cache.held_bytes == sum(u.kv.numel() * u.kv.element_size() for u in cache.held.values())
+    for a, b in zip(first, again, strict=True):
+        torch.testing.assert_close(a.kv, b.kv, rtol=0, atol=0)

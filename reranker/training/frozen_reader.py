@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -136,18 +137,37 @@ class FrozenGistConfig(BaseModel):
 
 
 # ------------------------------------------------------------------------------------ the item's K/V
+def ram_budget() -> int:
+    """Half the memory available now: what a unit cache may hold without pushing the machine into the
+    OOM killer (whole-item units of 1,024 tokens are ~40 MB each in float32)."""
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+def _nbytes(unit: StoredUnit) -> int:
+    return unit.kv.numel() * unit.kv.element_size()
+
+
 class ItemKVCache:
     """The reader's K/V of each item's tokens, computed once (no gradient) and kept in memory, or in
     `folder`/<reader fingerprint>/ as codec blobs stamped with that fingerprint (checked on read).
-    `memory_items` bounds what stays in RAM (~2·L·H_kv·h·j·b bytes an item)."""
+    RAM holds the most recently used, at most `memory_items` of them (~2·L·H_kv·h·j·b bytes an item)
+    and at most `memory_bytes` (default `ram_budget()`); the rest are read back from `folder`."""
 
     desc = "item K/V (frozen reader)"  # what the progress bar of `fill` counts
 
-    def __init__(self, reader: Reranker, folder: Path | None = None, memory_items: int = 256) -> None:
+    def __init__(
+        self,
+        reader: Reranker,
+        folder: Path | None = None,
+        memory_items: int = 256,
+        memory_bytes: int | None = None,
+    ) -> None:
         self.reader, self.memory_items = reader, memory_items
+        self.memory_bytes = ram_budget() if memory_bytes is None else memory_bytes
         self.fingerprint = reader.fingerprint
         self.folder = None if folder is None else folder / self.fingerprint  # one reader's blobs apart
         self.held: OrderedDict[str, StoredUnit] = OrderedDict()
+        self.held_bytes = 0
         self.computed = 0  # item forwards run (what the cache saves on every later step)
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -160,14 +180,20 @@ class ItemKVCache:
         out = [self.held[t] for t in texts]
         for t in texts:
             self.held.move_to_end(t)
-        while len(self.held) > self.memory_items:
-            self.held.popitem(last=False)
+        while len(self.held) > self.memory_items or (
+            self.held_bytes > self.memory_bytes and len(self.held) > 1
+        ):
+            self.held_bytes -= _nbytes(self.held.popitem(last=False)[1])
         return out
+
+    def _hold(self, text: str, unit: StoredUnit) -> None:
+        self.held[text] = unit
+        self.held_bytes += _nbytes(unit)
 
     @torch.inference_mode()
     def _compute(self, texts: list[str]) -> None:
         for text, unit in zip(texts, self.units(texts), strict=True):
-            self.held[text] = unit
+            self._hold(text, unit)
             if self.folder is not None:
                 self._path(text).write_bytes(kv_codec.encode(unit, self.text_key(text)))
         self.computed += len(texts)
@@ -210,7 +236,7 @@ class ItemKVCache:
         decoded = kv_codec.decode(
             self._path(text).read_bytes(), expected_fingerprint=self.fingerprint, dtype=self.reader.kv_dtype
         )
-        self.held[text] = decoded.kv
+        self._hold(text, decoded.kv)
         return True
 
     @staticmethod
