@@ -13,7 +13,8 @@ from helpers import ITEMS, QUERY, mean_test_kl, toy_set
 
 from reranker import Reranker, RerankerConfig
 from reranker.core.config import template_for
-from reranker.training.reader_training import ReaderTrainConfig, ReaderTrainer
+from reranker.training.frozen_reader import ItemKVCache
+from reranker.training.reader_training import ReaderTrainConfig, ReaderTrainer, StoredUnits
 
 pytestmark = pytest.mark.reader_adapter
 
@@ -104,6 +105,22 @@ def test_a_reader_checkpoint_round_trips(tiny_base: Path, tmp_path: Path) -> Non
 
 
 # ------------------------------------------------------------------------------- gistrank train-reader
+def test_a_shared_cache_dir_keeps_stored_units_apart_from_train_gists_whole_item_kv(
+    tiny_base: Path, tmp_path: Path
+) -> None:
+    """train-reader's units (here 4 prefix tokens) and train-gists' whole-item K/V of the same model share
+    its fingerprint; one --cache-dir for both must not hand one back for the other."""
+    model = reader(tiny_base, "prefix", 0, "query_likelihood")
+    units = StoredUnits(model, tmp_path).get(ITEMS)
+    items = ItemKVCache(model, tmp_path)
+    whole = items.get(ITEMS)
+    assert items.computed == len(ITEMS)  # none read from the units' blobs
+    lengths = [len(ids) for ids in model.item_ids(ITEMS)[0]]
+    assert [u.positions for u in units] == [min(4, j) for j in lengths] != lengths
+    assert [u.positions for u in whole] == lengths
+    assert StoredUnits(model, tmp_path).folder != items.folder
+
+
 @pytest.fixture(scope="module")
 def store_path(tiny_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A prefix store of 4 positions over the tiny base, read by a head."""

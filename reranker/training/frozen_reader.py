@@ -154,6 +154,7 @@ class ItemKVCache:
     and at most `memory_bytes` (default `ram_budget()`); the rest are read back from `folder`."""
 
     desc = "item K/V (frozen reader)"  # what the progress bar of `fill` counts
+    subfolder = "{fingerprint}"  # where in `folder` this kind of unit lives, one reader's apart
 
     def __init__(
         self,
@@ -165,7 +166,7 @@ class ItemKVCache:
         self.reader, self.memory_items = reader, memory_items
         self.memory_bytes = ram_budget() if memory_bytes is None else memory_bytes
         self.fingerprint = reader.fingerprint
-        self.folder = None if folder is None else folder / self.fingerprint  # one reader's blobs apart
+        self.folder = None if folder is None else folder / self.subfolder.format(fingerprint=self.fingerprint)
         self.held: OrderedDict[str, StoredUnit] = OrderedDict()
         self.held_bytes = 0
         self.computed = 0  # item forwards run (what the cache saves on every later step)

@@ -104,6 +104,9 @@ class StoredUnits(ItemKVCache):
     (`Reranker.as_stored`) — computed once."""
 
     desc = "stored units"
+    # apart from train-gists' whole-item K/V of the same model, which a shared --cache-dir would otherwise
+    # hand back for a unit (the default store's fingerprint is also its reader's)
+    subfolder = "units-{fingerprint}"
 
     def units(self, texts: list[str], batch_size: int = 8) -> list[StoredUnit]:
         return self.reader.as_stored(self.reader.compress(texts, batch_size))
