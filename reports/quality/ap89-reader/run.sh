@@ -83,7 +83,8 @@ generate(0, 200, queries_per_product=4, length_tokens=(100, 1024)).save_jsonl('d
   --out $Q/ap89-reader/synthetic-dev.json
 # the recipe's ceiling: the labels recipe over each article's whole K/V (its first 1,024 tokens, the store a
 # prefix as long as the reader reads, kept at bf16), the same lists and steps; read on dev beside the
-# zero-shot reader over the same whole-article units (~21 GB of units in --cache-dir, ~45 min to compute)
+# zero-shot reader over the same whole-article units (48 GB of units in --cache-dir, ~45 min to compute;
+# then ~43 CPU-seconds a step: hours for the 20 minutes' worth of steps the other recipes ran)
 W='gistrank-base-ql-prefix128-int4?num_gist=1024&kv_storage=bfloat16'
 [ -d $R/labels-whole/checkpoint ] || $G train-reader --model "$W" --data data/ap89-judged-20-bm25-20 \
   --objective labels --steps 100000 --minutes 20 --device cpu --cache-dir $R/units --out $R/labels-whole \
