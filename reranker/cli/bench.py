@@ -4,7 +4,7 @@ chaos soak of the data path (reranker/bench/)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -12,9 +12,6 @@ from reranker.catalog.preflight import check_model
 from reranker.cli.options import HOME, RUNS, DType, Model, NumGist
 from reranker.core.base_models import DEFAULT_BASE
 from streaming.cli import BlobDType
-
-if TYPE_CHECKING:
-    pass
 
 
 def bench(

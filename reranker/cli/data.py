@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
-
-if TYPE_CHECKING:
-    pass
-
 
 data_app = typer.Typer(
     no_args_is_help=True, help="Build relevance sets (the --data DIR form) from real data."

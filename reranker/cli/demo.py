@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from reranker.catalog.preflight import check_model
 from reranker.cli.options import HOME
 from reranker.core.checkpoints import DEFAULT_MODEL
-
-if TYPE_CHECKING:
-    pass
 
 
 def demo(

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from reranker.catalog.preflight import check_model
 from reranker.core.checkpoints import DEFAULT_MODEL
 from streaming.cli import KVStorageOpt
-
-if TYPE_CHECKING:
-    pass
 
 
 def _finite(low: float, high: float = math.inf) -> Callable[[str], float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -25,9 +25,6 @@ from reranker.cli.options import (
 )
 from reranker.core.base_models import DEFAULT_BASE
 from reranker.core.checkpoints import DEFAULT_MODEL
-
-if TYPE_CHECKING:
-    pass
 
 
 def train(

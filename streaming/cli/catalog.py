@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -35,10 +35,6 @@ from streaming.cli.options import (
     model_fingerprint,
     open_store,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 catalog_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The item catalog.")
 

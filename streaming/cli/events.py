@@ -6,7 +6,7 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -48,9 +48,6 @@ from streaming.cli.options import (
     load_model,
     open_store,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def publish(

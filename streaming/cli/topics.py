@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -14,10 +14,6 @@ from streaming.cli.options import (
     Verbose,
     kafka_settings,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 dlq_app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="The dead-letter topic: events the consumer refused."
