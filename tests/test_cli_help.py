@@ -5,6 +5,8 @@ change rewrites the file (`GISTRANK_WRITE_CLI_HELP=1 pytest tests/test_cli_help.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -36,8 +38,20 @@ def _render() -> str:
     return "".join(texts)
 
 
+def _render_at_a_fixed_home() -> str:
+    """Defaults name $GISTRANK_HOME's absolute path (default ./var): rendered in a process whose home is
+    fixed, the record reads the same in any clone."""
+    env = {**os.environ, "GISTRANK_HOME": "/gistrank-home"}
+    code = "import test_cli_help; print(test_cli_help._render(), end='')"
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True
+    )
+    assert run.returncode == 0, run.stderr.decode()
+    return run.stdout.decode()
+
+
 def test_every_commands_help_is_the_recorded_one() -> None:
-    text = _render()
+    text = _render_at_a_fixed_home()
     if os.environ.get("GISTRANK_WRITE_CLI_HELP") == "1":
         GOLDEN.write_text(text)
     assert text.count("=== ") >= 30  # every command and group, not an empty tree
