@@ -463,8 +463,8 @@ def test_a_reader_adapter_trains_with_the_gists_and_acts_at_query_rows_only(
 def test_the_unit_cache_holds_at_most_its_byte_budget_and_reads_the_rest_back(
     reader: Reranker, tmp_path: Path
 ) -> None:
-    """Whole-item units run to ~40 MB each: RAM keeps the most recent within `memory_bytes` (by default
-    half the memory available), the others come back from the folder bit for bit, none recomputed."""
+    """Whole-item units run to ~40 MB each: RAM keeps the most recent within `memory_bytes` (by default a
+    quarter of the memory available), the others come back from the folder bit for bit, none recomputed."""
     first = ItemKVCache(reader, tmp_path).get(ITEMS)
     one = first[0].kv.numel() * first[0].kv.element_size()
     cache = ItemKVCache(reader, tmp_path, memory_items=1000, memory_bytes=2 * one)

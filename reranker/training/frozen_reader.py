@@ -138,9 +138,10 @@ class FrozenGistConfig(BaseModel):
 
 # ------------------------------------------------------------------------------------ the item's K/V
 def ram_budget() -> int:
-    """Half the memory available now: what a unit cache may hold without pushing the machine into the
-    OOM killer (whole-item units of 1,024 tokens are ~40 MB each in float32)."""
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    """A quarter of the memory available now: what a unit cache may hold, the rest left to the steps
+    (whole-item units run to ~40 MB each in float32, and a step of 64 pairs over them took ~10 GB more on
+    AP89; with half of the available memory held, the first step met the OOM killer)."""
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
 
 
 def _nbytes(unit: StoredUnit) -> int:
