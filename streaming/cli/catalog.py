@@ -7,16 +7,8 @@ from typing import Annotated
 
 import typer
 
-from reranker.catalog.database import (
-    DEFAULT_URL,
-    Catalog,
-    CatalogError,
-    check_catalog_file,
-)
-from reranker.catalog.preflight import (
-    check_model,
-    require_broker,
-)
+from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError, check_catalog_file
+from reranker.catalog.preflight import check_model, require_broker
 from reranker.core.checkpoints import DEFAULT_MODEL
 from streaming.cli.options import (
     BootstrapServers,

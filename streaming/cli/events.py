@@ -10,19 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from reranker.catalog.database import (
-    DEFAULT_URL,
-    Catalog,
-)
-from reranker.catalog.kafka_settings import (
-    ensure_topics,
-)
-from reranker.catalog.preflight import (
-    check_model,
-    ensure_free,
-    port_option,
-    require_broker,
-)
+from reranker.catalog.database import DEFAULT_URL, Catalog
+from reranker.catalog.kafka_settings import ensure_topics
+from reranker.catalog.preflight import check_model, ensure_free, port_option, require_broker
 from reranker.core.checkpoints import DEFAULT_MODEL
 from streaming.cli.options import (
     BootstrapServers,

@@ -11,18 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from reranker.catalog.database import (
-    CatalogError,
-    check_catalog_url,
-)
-from reranker.catalog.kafka_settings import (
-    KafkaSettings,
-)
-from reranker.catalog.preflight import (
-    LOG_FORMAT,
-    check_model,
-    kafka_logs,
-)
+from reranker.catalog.database import CatalogError, check_catalog_url
+from reranker.catalog.kafka_settings import KafkaSettings
+from reranker.catalog.preflight import LOG_FORMAT, check_model, kafka_logs
 
 if TYPE_CHECKING:
     from reranker.core.model import Reranker

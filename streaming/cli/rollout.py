@@ -8,11 +8,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from reranker.catalog.database import (
-    DEFAULT_URL,
-    Catalog,
-    CatalogError,
-)
+from reranker.catalog.database import DEFAULT_URL, Catalog, CatalogError
 from reranker.core.checkpoints import DEFAULT_MODEL
 from streaming.cli.options import (
     CatalogUrl,

@@ -6,14 +6,8 @@ from typing import Annotated
 
 import typer
 
-from reranker.catalog.preflight import (
-    require_broker,
-)
-from streaming.cli.options import (
-    BootstrapServers,
-    Verbose,
-    kafka_settings,
-)
+from reranker.catalog.preflight import require_broker
+from streaming.cli.options import BootstrapServers, Verbose, kafka_settings
 
 dlq_app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="The dead-letter topic: events the consumer refused."
